@@ -1,0 +1,52 @@
+"""redlease: distributed locks on Redis and Valkey.
+
+    import redis, redlease
+
+    locks = redlease.Locks(redis.Redis())
+    with locks.lock("orders:42") as lease:
+        write_order(fence=lease.fence)
+
+The asyncio twin is :class:`AsyncLocks` (``async with alocks.lock(...)``).
+"""
+
+from __future__ import annotations
+
+from redlease.aio.lock import AsyncLock, AsyncLocks
+from redlease.core.base import DEFAULT_TTL
+from redlease.core.lease import Lease, ReleaseOutcome
+from redlease.errors import (
+    FenceExhausted,
+    InvalidArgument,
+    InvalidName,
+    LeaseLost,
+    LockError,
+    LockTimeout,
+    NotOwned,
+    ServerNotFound,
+    ServerUnavailable,
+    WrongKeyType,
+)
+from redlease.sync.lock import Lock, Locks
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_TTL",
+    "AsyncLock",
+    "AsyncLocks",
+    "FenceExhausted",
+    "InvalidArgument",
+    "InvalidName",
+    "Lease",
+    "LeaseLost",
+    "Lock",
+    "LockError",
+    "LockTimeout",
+    "Locks",
+    "NotOwned",
+    "ReleaseOutcome",
+    "ServerNotFound",
+    "ServerUnavailable",
+    "WrongKeyType",
+    "__version__",
+]

@@ -1,0 +1,100 @@
+"""What only asyncio does differently: owners are tasks, waits are awaited, workers are tasks."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from redlease.core.base import Owner
+from redlease.core.lease import Lease, LostCallback, run_callbacks
+from redlease.errors import InvalidArgument, LockError
+
+logger = logging.getLogger("redlease")
+F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+_background: set[asyncio.Task[Any]] = set()
+INTERRUPTIONS = (asyncio.CancelledError, KeyboardInterrupt)
+"""What can cut an acquire short after the server may already have granted it."""
+
+
+def current_owner() -> Owner:
+    task = asyncio.current_task()
+    if task is None:
+        raise LockError("an asyncio lock must be used from inside a running task")
+    return Owner("task", task, task.get_name())
+
+
+class Wakeup:
+    """A settable flag a waiter can block on with a timeout; cleared after each wait."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    async def wait(self, timeout: float | None) -> bool:
+        try:
+            await asyncio.wait_for(self._event.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        finally:
+            self._event.clear()
+        return True
+
+
+class Worker:
+    """A background task running one loop; stopping cancels it and waits for the end."""
+
+    def __init__(self, loop: Callable[[], Awaitable[None]], name: str) -> None:
+        self._task = asyncio.get_running_loop().create_task(_logged(loop, name), name=name)
+
+    def alive(self) -> bool:
+        return not self._task.done()
+
+    async def stop(self) -> None:
+        self._task.cancel()
+        await asyncio.wait([self._task])
+
+
+async def _logged(loop: Callable[[], Awaitable[None]], name: str) -> None:
+    try:
+        await loop()
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        logger.exception("redlease worker %s stopped on an error", name)
+
+
+async def shielded(awaitable: Awaitable[T]) -> T:
+    """Finish ``awaitable`` even if the caller is cancelled meanwhile (a release must land)."""
+    return await asyncio.shield(awaitable)
+
+
+def fire(lease: Lease, callbacks: list[LostCallback]) -> None:
+    """Run lost-lease callbacks; coroutine callbacks are scheduled on the running loop."""
+    for result in run_callbacks(callbacks, lease):
+        if inspect.isawaitable(result):
+            task = asyncio.ensure_future(result)
+            _background.add(task)
+            task.add_done_callback(_background.discard)
+
+
+def wrap_locked(function: F, lock_for: Callable[..., Any]) -> F:
+    """Wrap an ``async def`` so each call runs under ``lock_for(args, kwargs)``."""
+    if not inspect.iscoroutinefunction(function):
+        raise InvalidArgument(
+            f"{function.__qualname__} is not an async def: an asyncio lock cannot block "
+            "synchronous code; decorate it with the sync Locks instead"
+        )
+
+    @functools.wraps(function)
+    async def locked_call(*args: Any, **kwargs: Any) -> Any:
+        async with lock_for(args, kwargs):
+            return await function(*args, **kwargs)
+
+    return locked_call  # type: ignore[return-value]

@@ -1,0 +1,34 @@
+"""The operations a flow asks its driver to carry out."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from redlease.scripts import ScriptName
+
+
+@dataclass(frozen=True)
+class RunScript:
+    """Run one server-side script; the driver sends back its raw reply."""
+
+    script: ScriptName
+    keys: Sequence[str]
+    args: Sequence[str | int]
+
+
+@dataclass(frozen=True)
+class Subscribe:
+    """Start listening for wake-ups on a channel; done once the server confirmed it."""
+
+    channel: str
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Sleep until a wake-up arrives on the subscribed channel, or ``seconds`` pass."""
+
+    seconds: float
+
+
+Operation = RunScript | Subscribe | Wait

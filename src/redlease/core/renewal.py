@@ -1,0 +1,122 @@
+"""When each held lease is renewed, how renewals batch, and what a failed one means.
+
+One schedule per client; its driver (a thread or a task) asks :meth:`RenewalSchedule.take_due`
+for everything worth renewing now, sends it in as few round trips as it can, and hands the
+answers back to :meth:`RenewalSchedule.settle`. Leases are renewed at a third of their TTL;
+anything due within the next sixth is taken along, so leases taken at nearby moments
+share round trips instead of each costing its own.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from redlease.core.lease import Lease, LostCallback
+from redlease.core.ops import RunScript
+from redlease.keys import LockKeys
+from redlease.scripts import ScriptName
+
+RETRY_AFTER_ERROR_S = 0.2
+BATCH_SIZE = 500
+"""Leases per renewal script call; several calls go out in one pipeline."""
+
+
+@dataclass(frozen=True)
+class Renewal:
+    lease: Lease
+    keys: LockKeys
+
+
+class RenewalSchedule:
+    """The leases a client renews, and when each is due. Thread-safe, clock-agnostic."""
+
+    def __init__(self) -> None:
+        self._due: dict[Lease, float] = {}
+        self._keys: dict[Lease, LockKeys] = {}
+        self._guard = threading.Lock()
+        self._planned = math.inf
+
+    def __len__(self) -> int:
+        return len(self._due)
+
+    def register(self, lease: Lease, keys: LockKeys) -> bool:
+        """Schedule a lease; True when it is due before the worker planned to wake."""
+        with self._guard:
+            self._keys[lease] = keys
+            due = self._due[lease] = lease.acquired_at + lease.ttl / 3
+            return due < self._planned
+
+    def unregister(self, lease: Lease) -> None:
+        """Stop renewing at once; a renewal already in flight is ignored when it lands."""
+        with self._guard:
+            self._due.pop(lease, None)
+            self._keys.pop(lease, None)
+
+    def next_wakeup(self) -> float | None:
+        """When the worker should next look; it remembers this to know when to be woken."""
+        with self._guard:
+            wake = min(self._due.values(), default=None)
+            self._planned = math.inf if wake is None else wake
+            return wake
+
+    def take_due(self, now: float) -> list[Renewal]:
+        with self._guard:
+            return [
+                Renewal(lease, self._keys[lease])
+                for lease, due in self._due.items()
+                if due - lease.ttl / 6 <= now
+            ]
+
+    def settle(
+        self, batch: Sequence[Renewal], answers: Sequence[bool | None], sent_at: float, now: float
+    ) -> list[tuple[Lease, list[LostCallback]]]:
+        """Apply renewal answers (``None`` = no answer); return the callbacks of lost leases."""
+        lost: list[tuple[Lease, list[LostCallback]]] = []
+        with self._guard:
+            for renewal, answer in zip(batch, answers, strict=True):
+                lease = renewal.lease
+                if lease not in self._due:
+                    continue
+                if answer:
+                    lease.expires_at = sent_at + lease.ttl
+                    lease.renewals += 1
+                    self._due[lease] = sent_at + lease.ttl / 3
+                    continue
+                if answer is None and now < lease.expires_at:
+                    self._due[lease] = now + min(RETRY_AFTER_ERROR_S, lease.ttl / 10)
+                    continue
+                reason = (
+                    "renewal found the lease gone or owned by another"
+                    if answer is False
+                    else "the server could not be reached before the lease ran out"
+                )
+                del self._due[lease]
+                del self._keys[lease]
+                lost.append((lease, lease.mark_lost(reason)))
+        return lost
+
+
+def renewal_calls(due: Sequence[Renewal]) -> list[RunScript]:
+    """Group renewals into script calls of at most :data:`BATCH_SIZE` leases each."""
+    calls = []
+    for start in range(0, len(due), BATCH_SIZE):
+        chunk = due[start : start + BATCH_SIZE]
+        args: list[str | int] = []
+        for renewal in chunk:
+            args += [renewal.lease.token, renewal.lease.ttl_ms]
+        calls.append(RunScript(ScriptName.RENEW, [r.keys.lease for r in chunk], args))
+    return calls
+
+
+def renewal_answers(calls: Sequence[RunScript], replies: Sequence[object]) -> list[bool | None]:
+    """One answer per renewal, in order: True kept, False lost, None no answer (an error)."""
+    answers: list[bool | None] = []
+    for call, reply in zip(calls, replies, strict=True):
+        if isinstance(reply, list):
+            answers += [int(flag) == 1 for flag in reply]
+        else:
+            answers += [None] * len(call.keys)
+    return answers

@@ -1,0 +1,76 @@
+"""One exception tree for everything redlease raises.
+
+Every error is a :class:`LockError`; the ones with a standard-library meaning also
+inherit it (a timeout is a :class:`TimeoutError`, bad input a :class:`ValueError`),
+so callers can catch either the redlease name or the builtin one.
+"""
+
+from __future__ import annotations
+
+
+class LockError(Exception):
+    """Base of every error raised by redlease."""
+
+
+class LockTimeout(LockError, TimeoutError):
+    """The lock could not be had within the allowed time (or at once, when not blocking)."""
+
+    def __init__(self, name: str, timeout: float | None) -> None:
+        self.name = name
+        self.timeout = timeout
+        if timeout is None or timeout == 0:
+            detail = "it is held by another owner"
+        else:
+            detail = f"still held by another owner after {timeout:g} s"
+        super().__init__(f"could not acquire lock {name!r}: {detail}")
+
+
+class NotOwned(LockError):
+    """Release or extend was asked by someone who does not hold the lock; nothing changed."""
+
+
+class LeaseLost(LockError):
+    """The lease ended while its holder still believed it held the lock.
+
+    Raised at the exit of a ``with`` block whose lease expired, was deleted or was taken
+    over: the critical section ran (at least partly) unprotected. Check the lease's
+    fencing token at the resource to make such writes harmless.
+    """
+
+    def __init__(self, name: str, reason: str) -> None:
+        self.name = name
+        self.reason = reason
+        super().__init__(f"lease on lock {name!r} was lost: {reason}")
+
+
+class InvalidName(LockError, ValueError):
+    """A lock name that cannot be used (wrong type, empty, too long, braces)."""
+
+
+class InvalidArgument(LockError, ValueError):
+    """An option with a value that makes no sense (ttl <= 0, negative counts, ...)."""
+
+
+class WrongKeyType(LockError):
+    """A key that the lock needs already holds a value of another type."""
+
+    def __init__(self, key: str, found: str, expected: str) -> None:
+        self.key = key
+        self.found = found
+        self.expected = expected
+        super().__init__(
+            f"key {key!r} holds a {found}, but redlease needs a {expected} there; "
+            "another program uses this key: choose another lock name or prefix"
+        )
+
+
+class FenceExhausted(LockError):
+    """The fencing counter of a lock can no longer grow; no new grant can be fenced."""
+
+
+class ServerUnavailable(LockError, ConnectionError):
+    """The Redis/Valkey server could not be reached or did not answer in time."""
+
+
+class ServerNotFound(LockError, RuntimeError):
+    """No server binary or URL was found to start or reach a Redis-compatible server."""

@@ -1,0 +1,82 @@
+"""Key naming: every key of one lock lives in the same Redis Cluster hash slot.
+
+A lock named ``orders:42`` under the default prefix owns the keys
+``redlease:{orders:42}`` (the lease), ``redlease:{orders:42}:fence`` (the fencing
+counter, which outlives leases so tokens never go back) and release latches
+``redlease:{orders:42}:latch:<id>``; its wake-up channel is ``redlease:{orders:42}:wake``.
+The braces are the cluster hash tag, so names may not contain braces themselves.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from redlease.errors import InvalidArgument, InvalidName
+
+DEFAULT_PREFIX = "redlease"
+MAX_NAME_BYTES = 1024
+MAX_TTL_MS = 10**12
+
+
+def validate_name(name: object) -> str:
+    if not isinstance(name, str):
+        raise InvalidName(f"lock name must be a str, got {type(name).__name__}: {name!r:.80}")
+    if not name:
+        raise InvalidName("lock name must not be empty")
+    size = len(name.encode("utf-8", "surrogatepass"))
+    if size > MAX_NAME_BYTES:
+        raise InvalidName(f"lock name is {size} bytes long; at most {MAX_NAME_BYTES} are allowed")
+    if "{" in name or "}" in name:
+        raise InvalidName(
+            f"lock name {name!r:.80} contains a brace; braces are reserved for the "
+            "cluster hash tag that keeps a lock's keys together"
+        )
+    return name
+
+
+def validate_prefix(prefix: object) -> str:
+    if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
+        raise InvalidArgument(f"key prefix must be a non-empty str without braces, got {prefix!r}")
+    return prefix
+
+
+def ttl_to_ms(ttl: object, what: str = "ttl") -> int:
+    """Seconds (int or float) to whole milliseconds, refusing what a lease cannot be."""
+    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)):
+        raise InvalidArgument(f"{what} must be a number of seconds, got {ttl!r}")
+    if not math.isfinite(ttl) or ttl <= 0:
+        raise InvalidArgument(f"{what} must be a positive, finite number of seconds, got {ttl!r}")
+    ms = round(ttl * 1000)
+    if ms < 1:
+        raise InvalidArgument(f"{what} of {ttl!r} s is below the 1 ms precision of a lease")
+    if ms > MAX_TTL_MS:
+        raise InvalidArgument(f"{what} of {ttl!r} s is too long")
+    return ms
+
+
+@dataclass(frozen=True)
+class LockKeys:
+    """The keys and channel of one lock, all sharing the ``{name}`` hash tag."""
+
+    name: str
+    prefix: str = DEFAULT_PREFIX
+
+    @property
+    def base(self) -> str:
+        return f"{self.prefix}:{{{self.name}}}"
+
+    @property
+    def lease(self) -> str:
+        return self.base
+
+    @property
+    def fence(self) -> str:
+        return f"{self.base}:fence"
+
+    @property
+    def channel(self) -> str:
+        return f"{self.base}:wake"
+
+    def latch(self, request_id: str) -> str:
+        return f"{self.base}:latch:{request_id}"

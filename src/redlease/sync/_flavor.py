@@ -1,0 +1,110 @@
+"""What only the sync flavour does differently: owners are threads, workers are threads."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import logging
+import sys
+import threading
+from collections.abc import Callable, Hashable
+from typing import Any, Protocol, TypeVar
+
+from redlease.core.base import Owner
+from redlease.core.lease import Lease, LostCallback, run_callbacks
+
+logger = logging.getLogger("redlease")
+F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+INTERRUPTIONS = (KeyboardInterrupt,)
+"""What can cut an acquire short after the server may already have granted it."""
+STOP_TIMEOUT_S = 10.0
+
+
+def current_owner() -> Owner:
+    thread = threading.current_thread()
+    return Owner("thread", threading.get_ident(), thread.name)
+
+
+class Wakeup:
+    """A settable flag a waiter can block on with a timeout; cleared after each wait."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    def wait(self, timeout: float | None) -> bool:
+        try:
+            return self._event.wait(timeout)
+        finally:
+            self._event.clear()
+
+
+class Worker:
+    """A daemon thread running one loop; its owner asks the loop to end, then joins it."""
+
+    def __init__(self, loop: Callable[[], None], name: str) -> None:
+        self._thread = threading.Thread(target=_logged, args=(loop, name), name=name, daemon=True)
+        self._thread.start()
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def stop(self) -> None:
+        if self._thread is not threading.current_thread():
+            self._thread.join(STOP_TIMEOUT_S)
+
+
+def _logged(loop: Callable[[], None], name: str) -> None:
+    try:
+        loop()
+    except Exception:
+        logger.exception("redlease worker %s stopped on an error", name)
+
+
+def shielded(value: T) -> T:
+    """Threads are not cancelled mid-call: nothing to shield."""
+    return value
+
+
+def fire(lease: Lease, callbacks: list[LostCallback]) -> None:
+    run_callbacks(callbacks, lease)
+
+
+class _LockFactory(Protocol):
+    def __call__(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], owner: Hashable | None = None
+    ) -> Any: ...
+
+
+def wrap_locked(function: F, lock_for: _LockFactory) -> F:
+    """Run ``function`` under the lock; an ``async def`` acquires in a worker thread.
+
+    The coroutine's lock gets an owner of its own, since the acquire and release run in
+    different threads of the default executor.
+    """
+    if inspect.iscoroutinefunction(function):
+
+        @functools.wraps(function)
+        async def locked_coroutine(*args: Any, **kwargs: Any) -> Any:
+            lock = lock_for(args, kwargs, owner=object())
+            await asyncio.to_thread(lock.__enter__)
+            try:
+                result = await function(*args, **kwargs)
+            except BaseException:
+                await asyncio.to_thread(lock.__exit__, *sys.exc_info())
+                raise
+            await asyncio.to_thread(lock.__exit__, None, None, None)
+            return result
+
+        return locked_coroutine  # type: ignore[return-value]
+
+    @functools.wraps(function)
+    def locked_call(*args: Any, **kwargs: Any) -> Any:
+        with lock_for(args, kwargs):
+            return function(*args, **kwargs)
+
+    return locked_call  # type: ignore[return-value]

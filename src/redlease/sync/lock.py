@@ -1,0 +1,270 @@
+# Generated from redlease/aio/lock.py by tools/unasync.py; edit that file instead.
+"""Lock and client of the sync flavour."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Hashable
+from types import TracebackType
+from typing import Any, TypeVar
+
+from redis import Redis
+from redis.exceptions import ResponseError
+
+from redlease.core.base import LockBase, LocksBase, Owner, TokenFactory, random_token
+from redlease.core.lease import Lease, ReleaseOutcome
+from redlease.core.ops import RunScript, Subscribe
+from redlease.core.protocol import (
+    NETWORK_ERRORS,
+    AcquireRequest,
+    Clock,
+    Flow,
+    acquire_flow,
+    extend_flow,
+    release_flow,
+    unavailable,
+)
+from redlease.core.subscriptions import PubSubCommands
+from redlease.core.templates import KeyTemplate
+from redlease.errors import LeaseLost, LockTimeout
+from redlease.keys import DEFAULT_PREFIX, LockKeys
+from redlease.sync._flavor import INTERRUPTIONS, current_owner, fire, shielded, wrap_locked
+from redlease.sync.notify import Notifier, Waiter
+from redlease.sync.renewer import Renewer
+from redlease.sync.scripts import Scripts
+
+F = TypeVar("F", bound=Callable[..., Any])
+logger = logging.getLogger("redlease")
+
+
+class Locks(LocksBase):
+    """A redlease client over one ``redis.Redis``: makes locks, owns the workers.
+
+    One pub/sub connection and one renewal task serve every lock of the client. Create
+    it once per process (and share it between threads) and close it with ``close()`` or ``with``.
+    """
+
+    def __init__(
+        self,
+        client: Redis | str,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        sharded_pubsub: bool | None = None,
+        clock: Clock = time.monotonic,
+        token_factory: TokenFactory = random_token,
+    ) -> None:
+        super().__init__(prefix=prefix, clock=clock, token_factory=token_factory)
+        self._owns_client = isinstance(client, str)
+        self.client: Redis = Redis.from_url(client) if isinstance(client, str) else client
+        self.scripts = Scripts(self.client)
+        self.notifier = Notifier(self.client, self.commands)
+        self.renewer = Renewer(self)
+        if sharded_pubsub is not None:
+            self.pubsub_commands = PubSubCommands(sharded_pubsub)
+
+    def lock(
+        self,
+        name: str,
+        *,
+        ttl: float | None = None,
+        renew: bool | None = None,
+        timeout: float = -1,
+        blocking: bool = True,
+        owner: Hashable | None = None,
+    ) -> Lock:
+        """A handle on the lock ``name``; see :class:`Lock` for the options."""
+        return Lock(
+            self, name, ttl=ttl, renew=renew, timeout=timeout, blocking=blocking, owner=owner
+        )
+
+    def locked(
+        self,
+        template: str,
+        *,
+        ttl: float | None = None,
+        timeout: float = -1,
+        blocking: bool = True,
+    ) -> Callable[[F], F]:
+        """Decorate a function so each call runs under the lock named by ``template``.
+
+        ``template`` is a ``str.format`` pattern over the function's parameters, e.g.
+        ``"order:{user_id}"``; a call that cannot get the lock raises :class:`LockTimeout`.
+        """
+
+        def decorate(function: F) -> F:
+            key = KeyTemplate(template, function)
+
+            def lock_for(
+                args: tuple[Any, ...], kwargs: dict[str, Any], owner: Hashable | None = None
+            ) -> Lock:
+                name = key.render(args, kwargs)
+                return self.lock(name, ttl=ttl, timeout=timeout, blocking=blocking, owner=owner)
+
+            return wrap_locked(function, lock_for)
+
+        return decorate
+
+    def adopt(self, lease: Lease, keys: LockKeys) -> bool:
+        if super().adopt(lease, keys) or (lease.renewing and not self.renewer.running()):
+            self.renewer.wake()
+            return True
+        return False
+
+    def commands(self) -> PubSubCommands:
+        """Which pub/sub commands this server has; asked once per client."""
+        if self.pubsub_commands is None:
+            try:
+                self.client.spublish(f"{self.prefix}:{{probe}}:wake", "")
+            except ResponseError:
+                self.pubsub_commands = PubSubCommands(sharded=False)
+            else:
+                self.pubsub_commands = PubSubCommands(sharded=True)
+        return self.pubsub_commands
+
+    def drive(self, flow: Flow) -> Any:
+        """Carry out a flow's operations until it returns; the waiter is always let go."""
+        waiter: Waiter | None = None
+        reply: Any = None
+        error: BaseException | None = None
+        try:
+            while True:
+                try:
+                    operation = flow.throw(error) if error is not None else flow.send(reply)
+                except StopIteration as finished:
+                    return finished.value
+                error = None
+                try:
+                    if isinstance(operation, RunScript):
+                        reply = self.scripts.run(operation)
+                    elif isinstance(operation, Subscribe):
+                        waiter = self.notifier.subscribe(operation.channel)
+                    else:
+                        assert waiter is not None
+                        reply = waiter.wait(operation.seconds)
+                except NETWORK_ERRORS as exc:
+                    error = exc
+        finally:
+            flow.close()
+            if waiter is not None:
+                waiter.close()
+
+    def close(self) -> None:
+        """Stop the workers (held leases are no longer renewed) and close an owned client."""
+        self.renewer.stop()
+        self.notifier.close()
+        if self._owns_client:
+            self.client.close()
+
+    def __enter__(self) -> Locks:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class Lock(LockBase[Locks]):
+    """A reentrant lease lock on one name.
+
+    ``ttl`` is the lease length in seconds (millisecond precision). Without it the lease
+    is 30 s and renewed by the client's renewal worker while held; with it the lease
+    ends after ``ttl`` unless ``renew=True``. ``timeout`` is how long ``acquire`` and
+    ``with`` wait by default: ``-1`` as long as it takes, ``0`` a single try.
+    The owner, for reentrancy and release, is the current thread unless ``owner`` is given.
+    """
+
+    def current_owner_ident(self) -> Owner:
+        return current_owner()
+
+    def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> Lease:
+        """Take the lock or raise :class:`LockTimeout` (also a ``TimeoutError``).
+
+        ``timeout=None`` uses the lock's default, a negative one waits as long as it takes,
+        ``0`` (or ``blocking=False``) tries once. Reentering a held lock only counts.
+        """
+        owner, held, request = self._plan_acquire(blocking, timeout)
+        if held is not None:
+            return held
+        try:
+            grant = self.locks.drive(acquire_flow(request, self.locks.clock))
+        except INTERRUPTIONS:
+            self._abandon(request)
+            raise
+        lease = self._adopt(owner, grant, request)
+        if lease is None:
+            raise self._timeout_error(request)
+        return lease
+
+    def try_acquire(self) -> Lease | None:
+        """One attempt: the lease, or ``None`` when another owner holds the lock."""
+        try:
+            return self.acquire(blocking=False)
+        except LockTimeout:
+            return None
+
+    def release(self) -> ReleaseOutcome:
+        """Release (or count down a reentrant hold). Raises :class:`NotOwned` if not held.
+
+        ``ReleaseOutcome.EXPIRED`` means the lease had already ended; the lease is then
+        marked lost and its ``on_lost`` callbacks have run.
+        """
+        lease = self._begin_release()
+        if lease is None:
+            return ReleaseOutcome.STILL_HELD
+        commands = self.commands()
+        code = shielded(self.locks.drive(release_flow(self.keys, lease.token, commands)))
+        outcome, callbacks = self._finish_release(lease, code)
+        fire(lease, callbacks)
+        return outcome
+
+    def extend(self, ttl: float | None = None) -> Lease:
+        """Set the held lease's remaining time to ``ttl`` (default: its TTL) from now."""
+        lease, ttl_ms = self._begin_extend(ttl)
+        flow = extend_flow(self.keys, lease.token, ttl_ms, self.locks.clock)
+        callbacks = self._finish_extend(lease, ttl_ms, self.locks.drive(flow))
+        if callbacks is not None:
+            fire(lease, callbacks)
+            raise LeaseLost(self.name, lease.lost_reason or "lost")
+        return lease
+
+    def locked(self) -> bool:
+        """Whether anyone holds the lock right now."""
+        try:
+            return bool(self.locks.client.exists(self.keys.lease))
+        except NETWORK_ERRORS as exc:
+            raise unavailable(self.keys, "inspect", exc) from exc
+
+    def owned(self) -> bool:
+        """Whether the current owner holds the lock, as the server sees it."""
+        try:
+            return self._is_ours(self.locks.client.get(self.keys.lease))
+        except NETWORK_ERRORS as exc:
+            raise unavailable(self.keys, "inspect", exc) from exc
+
+    def commands(self) -> str:
+        return (self.locks.commands()).publish
+
+    def _abandon(self, request: AcquireRequest) -> None:
+        """An interrupted acquire may have been granted: give that grant back, best effort."""
+        try:
+            shielded(self.locks.drive(release_flow(self.keys, request.token, self.commands())))
+        except Exception:
+            logger.debug("could not give back an interrupted grant of %r", self.name)
+
+    def __enter__(self) -> Lease:
+        return self.acquire()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        lease = self.lease
+        outcome = self.release()
+        self._lost_at_exit(lease, outcome, body_failed=exc_type is not None)

@@ -1,0 +1,167 @@
+"""One pub/sub connection per sync client, shared by every waiting thread.
+
+A reader thread owns the connection's input; subscribers send (under a lock) and wait
+for the server's confirmation, so a wake-up published after ``subscribe`` returns
+cannot be missed. The reader looks at the socket with a short timeout only to notice
+``close``; that costs no Redis command. If the connection drops, the reader reconnects,
+resubscribes and wakes every waiter so each tries again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from redis import Redis
+
+from redlease.core.protocol import NETWORK_ERRORS
+from redlease.core.subscriptions import ChannelBook, PubSubCommands, classify
+from redlease.errors import ServerUnavailable
+from redlease.sync._flavor import Wakeup, Worker
+
+logger = logging.getLogger("redlease")
+CONFIRM_TIMEOUT_S = 10.0
+READ_POLL_S = 0.25
+RECONNECT_DELAYS = (0.05, 0.1, 0.2, 0.5) + (1.0,) * 60
+"""About a minute of attempts before the notifier gives up (waiters still wake on TTL)."""
+
+
+class Waiter:
+    def __init__(self, notifier: Notifier, channel: str) -> None:
+        self.notifier = notifier
+        self.channel = channel
+        self.wakeup = Wakeup()
+
+    def wait(self, seconds: float) -> bool:
+        return self.wakeup.wait(seconds)
+
+    def close(self) -> None:
+        self.notifier.leave(self)
+
+
+class Notifier:
+    def __init__(self, client: Redis, commands: Callable[[], PubSubCommands]) -> None:
+        self._client = client
+        self._commands = commands
+        self._book: ChannelBook[Waiter] = ChannelBook()
+        self._confirmed: dict[str, threading.Event] = {}
+        self._connection: Any = None  # redis-py's connection classes are untyped
+        self._reader: Worker | None = None
+        self._closing = False
+        self._guard = threading.RLock()
+
+    def channels(self) -> list[str]:
+        with self._guard:
+            return self._book.channels()
+
+    def subscribe(self, channel: str) -> Waiter:
+        waiter = Waiter(self, channel)
+        commands = self._commands()
+        with self._guard:
+            connection = self._connected()
+            if self._book.add(channel, waiter):
+                self._confirmed[channel] = threading.Event()
+                try:
+                    connection.send_command(commands.subscribe, channel)
+                except NETWORK_ERRORS:
+                    self._book.remove(channel, waiter)
+                    raise
+            confirmed = self._confirmed[channel]
+        try:
+            ok = confirmed.wait(CONFIRM_TIMEOUT_S)
+        except BaseException:
+            self.leave(waiter)
+            raise
+        if not ok:
+            self.leave(waiter)
+            raise ServerUnavailable(f"subscription to {channel!r} was not confirmed")
+        return waiter
+
+    def leave(self, waiter: Waiter) -> None:
+        commands = self._commands()
+        with self._guard:
+            if not self._book.remove(waiter.channel, waiter):
+                return
+            self._confirmed.pop(waiter.channel, None)
+            if self._connection is not None:
+                try:
+                    self._connection.send_command(commands.unsubscribe, waiter.channel)
+                except NETWORK_ERRORS:
+                    logger.debug("unsubscribe from %r failed; reconnecting", waiter.channel)
+
+    def close(self) -> None:
+        self._closing = True
+        if self._reader is not None:
+            self._reader.stop()
+            self._reader = None
+        with self._guard:
+            if self._connection is not None:
+                self._connection.disconnect()
+                self._connection = None
+        self._closing = False
+
+    def _connected(self) -> Any:
+        if self._connection is None:
+            connection: Any = self._client.connection_pool.make_connection()
+            connection.protocol = 2
+            connection.connect()
+            self._connection = connection
+        if self._reader is None or not self._reader.alive():
+            self._reader = Worker(self._read, "redlease-notifier")
+        return self._connection
+
+    def _read(self) -> None:
+        while not self._closing:
+            connection = self._connection
+            if connection is None:
+                return
+            try:
+                if not connection.can_read(READ_POLL_S):
+                    continue
+                reply = connection.read_response()
+            except NETWORK_ERRORS:
+                if self._closing or not self._reconnect():
+                    return
+                continue
+            self._dispatch(reply)
+
+    def _dispatch(self, reply: object) -> None:
+        pushed = classify(reply)
+        if pushed is None:
+            return
+        kind, channel = pushed
+        with self._guard:
+            if kind == "message":
+                for waiter in self._book.waiters(channel):
+                    waiter.wakeup.set()
+            elif (event := self._confirmed.get(channel)) is not None:
+                event.set()
+
+    def _reconnect(self) -> bool:
+        """Reconnect with bounded backoff, resubscribe, and wake everyone to try again."""
+        commands = self._commands()
+        for delay in RECONNECT_DELAYS:
+            with self._guard:
+                connection = self._connection
+                if connection is None or self._closing:
+                    return False
+                try:
+                    connection.disconnect()
+                    connection.connect()
+                    for channel in self._book.channels():
+                        connection.send_command(commands.subscribe, channel)
+                except NETWORK_ERRORS:
+                    logger.debug("notifier reconnect failed; retrying in %.2f s", delay)
+                else:
+                    for waiter in self._book.everyone():
+                        waiter.wakeup.set()
+                    return True
+            time.sleep(delay)
+        with self._guard:
+            self._connection = None
+            for waiter in self._book.everyone():
+                waiter.wakeup.set()
+        return False
