@@ -97,7 +97,8 @@ class AsyncNotifier:
 
     async def _connected(self) -> Any:
         if self._connection is None:
-            connection: Any = self._client.connection_pool.make_connection()
+            pool: Any = self._client.connection_pool
+            connection = pool.make_connection()
             connection.socket_timeout = None
             connection.protocol = 2
             await connection.connect()

@@ -105,7 +105,8 @@ class Notifier:
 
     def _connected(self) -> Any:
         if self._connection is None:
-            connection: Any = self._client.connection_pool.make_connection()
+            pool: Any = self._client.connection_pool
+            connection = pool.make_connection()
             connection.protocol = 2
             connection.connect()
             self._connection = connection
