@@ -2,8 +2,9 @@
 
 A lock named ``orders:42`` under the default prefix owns the keys
 ``redlease:{orders:42}`` (the lease), ``redlease:{orders:42}:fence`` (the fencing
-counter, which outlives leases so tokens never go back) and release latches
-``redlease:{orders:42}:latch:<id>``; its wake-up channel is ``redlease:{orders:42}:wake``.
+counter, which outlives leases so tokens never go back), the waiter queue
+``redlease:{orders:42}:queue`` and release latches ``redlease:{orders:42}:latch:<token>``;
+a waiter listens on its own channel ``redlease:{orders:42}:wake:<token>``.
 The braces are the cluster hash tag, so names may not contain braces themselves.
 """
 
@@ -75,8 +76,15 @@ class LockKeys:
         return f"{self.base}:fence"
 
     @property
-    def channel(self) -> str:
-        return f"{self.base}:wake"
+    def queue(self) -> str:
+        return f"{self.base}:queue"
+
+    @property
+    def wake_prefix(self) -> str:
+        return f"{self.base}:wake:"
+
+    def waiter_channel(self, token: str) -> str:
+        return f"{self.wake_prefix}{token}"
 
     def latch(self, request_id: str) -> str:
         return f"{self.base}:latch:{request_id}"

@@ -57,7 +57,7 @@ class AsyncLocks(LocksBase):
         self._owns_client = isinstance(client, str)
         self.client: Redis = Redis.from_url(client) if isinstance(client, str) else client
         self.scripts = Scripts(self.client)
-        self.notifier = AsyncNotifier(self.client, self.commands)
+        self.notifier = AsyncNotifier(self.client, self.commands, clock)
         self.renewer = AsyncRenewer(self)
         if sharded_pubsub is not None:
             self.pubsub_commands = PubSubCommands(sharded_pubsub)
@@ -189,8 +189,9 @@ class AsyncLock(LockBase[AsyncLocks]):
         owner, held, request = self._plan_acquire(blocking, timeout)
         if held is not None:
             return held
+        publish = await self.commands()
         try:
-            grant = await self.locks.drive(acquire_flow(request, self.locks.clock))
+            grant = await self.locks.drive(acquire_flow(request, self.locks.clock, publish))
         except INTERRUPTIONS:
             await self._abandon(request)
             raise
@@ -215,8 +216,8 @@ class AsyncLock(LockBase[AsyncLocks]):
         lease = self._begin_release()
         if lease is None:
             return ReleaseOutcome.STILL_HELD
-        commands = await self.commands()
-        code = await shielded(self.locks.drive(release_flow(self.keys, lease.token, commands)))
+        flow = release_flow(self.keys, lease, await self.commands())
+        code = await shielded(self.locks.drive(flow))
         outcome, callbacks = self._finish_release(lease, code)
         fire(lease, callbacks)
         return outcome
@@ -246,14 +247,16 @@ class AsyncLock(LockBase[AsyncLocks]):
             raise unavailable(self.keys, "inspect", exc) from exc
 
     async def commands(self) -> str:
-        return (await self.locks.commands()).publish
+        try:
+            return (await self.locks.commands()).publish
+        except NETWORK_ERRORS as exc:
+            raise unavailable(self.keys, "use", exc) from exc
 
     async def _abandon(self, request: AcquireRequest) -> None:
-        """An interrupted acquire may have been granted: give that grant back, best effort."""
+        """An interrupted acquire may have been granted or queued: undo both, best effort."""
         try:
-            await shielded(
-                self.locks.drive(release_flow(self.keys, request.token, await self.commands()))
-            )
+            flow = release_flow(self.keys, request, await self.commands(), withdraw=True)
+            await shielded(self.locks.drive(flow))
         except Exception:
             logger.debug("could not give back an interrupted grant of %r", self.name)
 

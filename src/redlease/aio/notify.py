@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from redis.asyncio import Redis
 
 from redlease.aio._flavor import Wakeup, Worker
-from redlease.core.protocol import NETWORK_ERRORS
-from redlease.core.subscriptions import ChannelBook, PubSubCommands, classify
+from redlease.core.protocol import NETWORK_ERRORS, Clock, Handoff
+from redlease.core.subscriptions import ChannelBook, PubSubCommands, classify, handoff_of
 from redlease.errors import ServerUnavailable
 
 logger = logging.getLogger("redlease")
@@ -31,17 +32,26 @@ class AsyncWaiter:
         self.notifier = notifier
         self.channel = channel
         self.wakeup = Wakeup()
+        self.handoff: Handoff | None = None
 
-    async def wait(self, seconds: float) -> bool:
-        return await self.wakeup.wait(seconds)
+    async def wait(self, seconds: float) -> Handoff | None:
+        """Sleep until a hand-off arrives or ``seconds`` pass; the hand-off, if any."""
+        await self.wakeup.wait(seconds)
+        return self.handoff
 
     async def close(self) -> None:
         await self.notifier.leave(self)
 
 
 class AsyncNotifier:
-    def __init__(self, client: Redis, commands: Callable[[], Awaitable[PubSubCommands]]) -> None:
+    def __init__(
+        self,
+        client: Redis,
+        commands: Callable[[], Awaitable[PubSubCommands]],
+        clock: Clock = time.monotonic,
+    ) -> None:
         self._client = client
+        self._clock = clock
         self._commands = commands
         self._book: ChannelBook[AsyncWaiter] = ChannelBook()
         self._confirmed: dict[str, asyncio.Event] = {}
@@ -116,15 +126,18 @@ class AsyncNotifier:
             except NETWORK_ERRORS:
                 await self._reconnect()
                 continue
-            pushed = classify(reply)
-            if pushed is None:
-                continue
-            kind, channel = pushed
-            if kind == "message":
-                for waiter in self._book.waiters(channel):
-                    waiter.wakeup.set()
-            elif (event := self._confirmed.get(channel)) is not None:
-                event.set()
+            self._dispatch(reply)
+
+    def _dispatch(self, reply: object) -> None:
+        push = classify(reply)
+        if push is None:
+            return
+        if push.kind == "message":
+            for waiter in self._book.waiters(push.channel):
+                waiter.handoff = handoff_of(push, self._clock())
+                waiter.wakeup.set()
+        elif (event := self._confirmed.get(push.channel)) is not None:
+            event.set()
 
     async def _reconnect(self) -> None:
         """Reconnect with bounded backoff, resubscribe, and wake everyone to try again."""

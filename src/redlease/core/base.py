@@ -24,6 +24,8 @@ from redlease.core.subscriptions import PubSubCommands
 from redlease.errors import InvalidArgument, LeaseLost, LockTimeout, NotOwned
 from redlease.keys import DEFAULT_PREFIX, LockKeys, ttl_to_ms, validate_name, validate_prefix
 
+CONTENDED_HINT_S = 1.0
+HANDED_OVER = 2
 DEFAULT_TTL = 30.0
 """Lease length when none is given; such leases are renewed while held (the watchdog)."""
 
@@ -62,6 +64,7 @@ class LocksBase:
         self.renewals = RenewalSchedule()
         self.pubsub_commands: PubSubCommands | None = None
         self._held: dict[tuple[str, Owner], Lease] = {}
+        self._contended_until: dict[str, float] = {}
         self._guard = threading.Lock()
         self._host = socket.gethostname()
 
@@ -75,6 +78,27 @@ class LocksBase:
     def held(self, name: str, owner: Owner) -> Lease | None:
         with self._guard:
             return self._held.get((name, owner))
+
+    def note_release(self, name: str, code: int) -> None:
+        """A release that handed the lock to a waiter marks the name contended for a moment.
+
+        The next acquire from this client then queues behind the waiters instead of racing
+        them with an immediate try, which keeps hand-offs going to other processes (the
+        releaser would otherwise win most races: it is the first to know the lock is free).
+        """
+        with self._guard:
+            if code == HANDED_OVER:
+                self._contended_until[name] = self.clock() + CONTENDED_HINT_S
+            else:
+                self._contended_until.pop(name, None)
+
+    def contended(self, name: str) -> bool:
+        with self._guard:
+            until = self._contended_until.get(name)
+            if until is not None and until < self.clock():
+                del self._contended_until[name]
+                return False
+            return until is not None
 
     def held_leases(self) -> list[Lease]:
         with self._guard:
@@ -162,6 +186,7 @@ class LockBase(Generic[LocksT]):
             ttl_ms=self.ttl_ms,
             blocking=blocking and resolved != 0,
             timeout=None if resolved < 0 else resolved,
+            contended=self.locks.contended(self.name),
         )
         return owner, held, request
 
@@ -198,8 +223,8 @@ class LockBase(Generic[LocksT]):
         self.locks.forget(lease)
         return lease
 
-    @staticmethod
-    def _finish_release(lease: Lease, code: int) -> tuple[ReleaseOutcome, list[LostCallback]]:
+    def _finish_release(self, lease: Lease, code: int) -> tuple[ReleaseOutcome, list[LostCallback]]:
+        self.locks.note_release(self.name, code)
         reason = release_reason(code)
         if reason is None:
             return ReleaseOutcome.RELEASED, []

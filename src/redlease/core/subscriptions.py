@@ -6,6 +6,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from redlease.core.protocol import Handoff
+
 W = TypeVar("W")
 
 
@@ -32,20 +34,35 @@ MESSAGE_KINDS = frozenset({b"message", b"smessage"})
 CONFIRM_KINDS = frozenset({b"subscribe", b"ssubscribe"})
 
 
-def classify(reply: object) -> tuple[str, str] | None:
-    """``("message"|"confirm", channel)`` for a pub/sub push, ``None`` for anything else."""
+@dataclass(frozen=True)
+class Push:
+    """A pub/sub push: a ``message`` with its payload, or a subscription ``confirm``."""
+
+    kind: str
+    channel: str
+    payload: str
+
+
+def classify(reply: object) -> Push | None:
+    """What a reply read from the pub/sub connection is (``None``: not for us)."""
     if not isinstance(reply, list) or len(reply) < 3:
         return None
-    kind, channel = reply[0], reply[1]
-    if isinstance(kind, str):
-        kind = kind.encode()
-    if isinstance(channel, bytes):
-        channel = channel.decode()
-    if kind in MESSAGE_KINDS:
-        return "message", str(channel)
-    if kind in CONFIRM_KINDS:
-        return "confirm", str(channel)
+    kind, channel, payload = (
+        item.decode() if isinstance(item, bytes) else str(item) for item in reply[:3]
+    )
+    if kind.encode() in MESSAGE_KINDS:
+        return Push("message", channel, payload)
+    if kind.encode() in CONFIRM_KINDS:
+        return Push("confirm", channel, payload)
     return None
+
+
+def handoff_of(push: Push, received_at: float) -> Handoff | None:
+    """The hand-off a wake-up message carries (its payload is the new fencing token)."""
+    try:
+        return Handoff(int(push.payload), received_at)
+    except ValueError:
+        return None
 
 
 class ChannelBook(Generic[W]):

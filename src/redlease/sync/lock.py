@@ -58,7 +58,7 @@ class Locks(LocksBase):
         self._owns_client = isinstance(client, str)
         self.client: Redis = Redis.from_url(client) if isinstance(client, str) else client
         self.scripts = Scripts(self.client)
-        self.notifier = Notifier(self.client, self.commands)
+        self.notifier = Notifier(self.client, self.commands, clock)
         self.renewer = Renewer(self)
         if sharded_pubsub is not None:
             self.pubsub_commands = PubSubCommands(sharded_pubsub)
@@ -190,8 +190,9 @@ class Lock(LockBase[Locks]):
         owner, held, request = self._plan_acquire(blocking, timeout)
         if held is not None:
             return held
+        publish = self.commands()
         try:
-            grant = self.locks.drive(acquire_flow(request, self.locks.clock))
+            grant = self.locks.drive(acquire_flow(request, self.locks.clock, publish))
         except INTERRUPTIONS:
             self._abandon(request)
             raise
@@ -216,8 +217,8 @@ class Lock(LockBase[Locks]):
         lease = self._begin_release()
         if lease is None:
             return ReleaseOutcome.STILL_HELD
-        commands = self.commands()
-        code = shielded(self.locks.drive(release_flow(self.keys, lease.token, commands)))
+        flow = release_flow(self.keys, lease, self.commands())
+        code = shielded(self.locks.drive(flow))
         outcome, callbacks = self._finish_release(lease, code)
         fire(lease, callbacks)
         return outcome
@@ -247,12 +248,16 @@ class Lock(LockBase[Locks]):
             raise unavailable(self.keys, "inspect", exc) from exc
 
     def commands(self) -> str:
-        return (self.locks.commands()).publish
+        try:
+            return (self.locks.commands()).publish
+        except NETWORK_ERRORS as exc:
+            raise unavailable(self.keys, "use", exc) from exc
 
     def _abandon(self, request: AcquireRequest) -> None:
-        """An interrupted acquire may have been granted: give that grant back, best effort."""
+        """An interrupted acquire may have been granted or queued: undo both, best effort."""
         try:
-            shielded(self.locks.drive(release_flow(self.keys, request.token, self.commands())))
+            flow = release_flow(self.keys, request, self.commands(), withdraw=True)
+            shielded(self.locks.drive(flow))
         except Exception:
             logger.debug("could not give back an interrupted grant of %r", self.name)
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from redis import Redis
 
-from redlease.core.protocol import NETWORK_ERRORS
-from redlease.core.subscriptions import ChannelBook, PubSubCommands, classify
+from redlease.core.protocol import NETWORK_ERRORS, Clock, Handoff
+from redlease.core.subscriptions import ChannelBook, PubSubCommands, classify, handoff_of
 from redlease.errors import ServerUnavailable
 from redlease.sync._flavor import Wakeup, Worker
 
@@ -34,17 +34,23 @@ class Waiter:
         self.notifier = notifier
         self.channel = channel
         self.wakeup = Wakeup()
+        self.handoff: Handoff | None = None
 
-    def wait(self, seconds: float) -> bool:
-        return self.wakeup.wait(seconds)
+    def wait(self, seconds: float) -> Handoff | None:
+        """Sleep until a hand-off arrives or ``seconds`` pass; the hand-off, if any."""
+        self.wakeup.wait(seconds)
+        return self.handoff
 
     def close(self) -> None:
         self.notifier.leave(self)
 
 
 class Notifier:
-    def __init__(self, client: Redis, commands: Callable[[], PubSubCommands]) -> None:
+    def __init__(
+        self, client: Redis, commands: Callable[[], PubSubCommands], clock: Clock = time.monotonic
+    ) -> None:
         self._client = client
+        self._clock = clock
         self._commands = commands
         self._book: ChannelBook[Waiter] = ChannelBook()
         self._confirmed: dict[str, threading.Event] = {}
@@ -130,15 +136,15 @@ class Notifier:
             self._dispatch(reply)
 
     def _dispatch(self, reply: object) -> None:
-        pushed = classify(reply)
-        if pushed is None:
+        push = classify(reply)
+        if push is None:
             return
-        kind, channel = pushed
         with self._guard:
-            if kind == "message":
-                for waiter in self._book.waiters(channel):
+            if push.kind == "message":
+                for waiter in self._book.waiters(push.channel):
+                    waiter.handoff = handoff_of(push, self._clock())
                     waiter.wakeup.set()
-            elif (event := self._confirmed.get(channel)) is not None:
+            elif (event := self._confirmed.get(push.channel)) is not None:
                 event.set()
 
     def _reconnect(self) -> bool:
