@@ -11,6 +11,7 @@ import enum
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TypeVar
 
 import redis
 from redis.backoff import NoBackoff
@@ -19,9 +20,18 @@ from redis.retry import Retry
 from redlease.errors import ServerUnavailable
 from redlease.server import server_url
 
-__all__ = ["Demo", "ExitCode", "reachable_server"]
+__all__ = [
+    "Demo",
+    "DemoFailed",
+    "ExitCode",
+    "non_negative_float",
+    "positive_float",
+    "positive_int",
+    "reachable_server",
+]
 
 PROBE_TIMEOUT = 2.0
+T = TypeVar("T")
 
 
 class ExitCode(enum.IntEnum):
@@ -34,9 +44,16 @@ class ExitCode(enum.IntEnum):
     INTERRUPTED = 130
 
 
+class DemoFailed(Exception):
+    """A demo could not finish (a worker crashed, the time ran out); the message says why."""
+
+
 @dataclass(frozen=True)
 class Demo:
-    """A runnable scenario: ``configure`` adds its options, ``run`` returns an exit code."""
+    """A runnable scenario: ``configure`` adds its options, ``run`` returns an exit code.
+
+    The CLI adds ``--url`` itself, so ``run`` always finds ``args.url`` (None if not given).
+    """
 
     name: str
     summary: str
@@ -71,3 +88,31 @@ def reachable_server(url: str | None) -> Iterator[str]:
         finally:
             client.close()
         yield resolved
+
+
+def positive_int(text: str) -> int:
+    value = _parse(text, int, "a whole number")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = _parse(text, float, "a number")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    value = _parse(text, float, "a number")
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be zero or a positive number, got {text}")
+    return value
+
+
+def _parse(text: str, kind: Callable[[str], T], what: str) -> T:
+    try:
+        return kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None

@@ -1,0 +1,14 @@
+"""The seeds' scenarios as runnable programs, one module each, found by the CLI here.
+
+To add a demo, write a module that builds a :class:`~redlease.demos.base.Demo` and list
+it in :data:`DEMOS`; ``redlease demo <name>`` then offers it with its own options.
+"""
+
+from __future__ import annotations
+
+from redlease.demos import flash_sale
+from redlease.demos.base import Demo
+
+__all__ = ["DEMOS", "Demo"]
+
+DEMOS: tuple[Demo, ...] = (flash_sale.DEMO,)

@@ -1,0 +1,131 @@
+"""The flash sale's shop: a stock in Redis and the read-check-write purchase of one buyer.
+
+A purchase reads the stock, checks that some is left, works a little, writes stock - 1
+and records the order. Between the read and the write another buyer can do the same, so
+two buyers sell the last item twice: the race the demo makes visible. Under the lock the
+stock write is also *fenced*: the shop keeps the highest fence it has accepted and refuses
+an older one, so a buyer whose lease ended while it worked (paused, slow) cannot write a
+stale stock over a newer one. The lock makes the race impossible; the fence makes a lease
+that ran out harmless.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass
+from importlib.resources import files
+
+import redis
+
+__all__ = ["LOCK_NAME", "Outcome", "Shop", "ShopKeys"]
+
+LOCK_NAME = "flash-sale:stock"
+
+FENCED_STOCK_WRITE = (
+    files(__package__).joinpath("fenced_stock_write.lua").read_text(encoding="utf-8")
+)
+
+
+class Outcome(enum.Enum):
+    """What one purchase attempt came to."""
+
+    SOLD = "sold"
+    SOLD_OUT = "sold_out"
+    FENCED_OFF = "fenced_off"
+
+
+@dataclass(frozen=True)
+class ShopKeys:
+    """The keys of one run, unique to it so that concurrent runs on one server never mix.
+
+    The shop's keys share one hash tag, so the fenced write stays a single-slot script on a
+    Redis Cluster too; the lock's keys live under ``lock_prefix`` and are tagged by redlease.
+    """
+
+    run_id: str
+
+    @property
+    def base(self) -> str:
+        return f"redlease-demo:{{flash-sale:{self.run_id}}}"
+
+    @property
+    def stock(self) -> str:
+        return f"{self.base}:stock"
+
+    @property
+    def sold(self) -> str:
+        return f"{self.base}:sold"
+
+    @property
+    def orders(self) -> str:
+        return f"{self.base}:orders"
+
+    @property
+    def fence(self) -> str:
+        return f"{self.base}:fence"
+
+    @property
+    def lock_prefix(self) -> str:
+        return f"redlease-demo:flash-sale:{self.run_id}"
+
+    @property
+    def pattern(self) -> str:
+        """Matches every key of the run: the shop's and the lock's."""
+        return f"redlease-demo:*{self.run_id}*"
+
+
+class Shop:
+    """The stock and the order book of one run, as each process sees them through ``client``."""
+
+    def __init__(self, client: redis.Redis, keys: ShopKeys, hold: float = 0.0) -> None:
+        self.client = client
+        self.keys = keys
+        self.hold = hold
+        self._fenced_write = client.register_script(FENCED_STOCK_WRITE)
+
+    def open(self, stock: int) -> None:
+        """Put ``stock`` items on sale, with no orders and no fence seen yet."""
+        with self.client.pipeline() as pipe:
+            pipe.delete(self.keys.sold, self.keys.orders, self.keys.fence)
+            pipe.set(self.keys.stock, stock)
+            pipe.execute()
+
+    def buy(self, order_id: str, fence: int | None = None) -> Outcome:
+        """Read, check, work, write: atomic only if the caller holds the lock around it."""
+        stock = int(self.client.get(self.keys.stock) or 0)
+        if stock <= 0:
+            return Outcome.SOLD_OUT
+        if self.hold > 0:
+            time.sleep(self.hold)
+        if fence is None:
+            self.client.set(self.keys.stock, stock - 1)
+        elif not self._fenced_write(
+            keys=[self.keys.stock, self.keys.fence], args=[stock - 1, fence]
+        ):
+            return Outcome.FENCED_OFF
+        with self.client.pipeline(transaction=False) as pipe:
+            pipe.incr(self.keys.sold)
+            pipe.rpush(self.keys.orders, order_id)
+            pipe.execute()
+        return Outcome.SOLD
+
+    def sold(self) -> int:
+        return int(self.client.get(self.keys.sold) or 0)
+
+    def stock_left(self) -> int:
+        return int(self.client.get(self.keys.stock) or 0)
+
+    def orders(self) -> int:
+        return int(self.client.llen(self.keys.orders))
+
+    def remove(self) -> None:
+        """Delete every key of the run, the lock's included, so a run leaves nothing behind."""
+        batch: list[str | bytes] = []
+        for key in self.client.scan_iter(match=self.keys.pattern, count=1000):
+            batch.append(key)
+            if len(batch) >= 500:
+                self.client.unlink(*batch)
+                batch.clear()
+        if batch:
+            self.client.unlink(*batch)
