@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import signal
 import subprocess
@@ -202,8 +203,9 @@ def test_fencing_tokens_increase_across_processes(redlease_url, prefix, tmp_path
     )
     assert len(sections) == 60
     fences = [fence for _, _, fence in sections]
-    assert fences == sorted(fences) and len(set(fences)) == 60
-    for (_, previous_exit, _), (enter, _, _) in zip(sections, sections[1:]):
+    assert fences == sorted(fences)
+    assert len(set(fences)) == 60
+    for (_, previous_exit, _), (enter, _, _) in itertools.pairwise(sections):
         assert enter >= previous_exit - 0.001, "two processes were inside at once"
 
 
@@ -240,7 +242,8 @@ async def test_the_decorator_fills_the_lock_name_from_arguments(
             assert await create_order_coroutine(42) == 42
             with pytest.raises(redlease.InvalidArgument, match="not an async def"):
                 alocks.locked("order:{user_id}")(lambda user_id: user_id)
-    assert seen and all(seen)
+    assert seen
+    assert all(seen)
     assert server.exists(key) == 0
 
 
