@@ -104,9 +104,7 @@ def flavor(request: pytest.FixtureRequest) -> str:
 
 
 @pytest_asyncio.fixture
-async def make_locks(
-    flavor: str, redlease_url: str, prefix: str
-) -> AsyncIterator[LocksFactory]:
+async def make_locks(flavor: str, redlease_url: str, prefix: str) -> AsyncIterator[LocksFactory]:
     """``await make_locks(**options)``: a new client of the test's flavour (closed after)."""
     made: list[Any] = []
 
