@@ -11,7 +11,7 @@ The asyncio twin is :class:`AsyncLocks` (``async with alocks.lock(...)``).
 
 from __future__ import annotations
 
-from redlease.aio.lock import AsyncLock, AsyncLocks
+from redlease.aio.lock import AsyncFairLock, AsyncLock, AsyncLocks
 from redlease.core.base import DEFAULT_TTL
 from redlease.core.lease import Lease, ReleaseOutcome
 from redlease.errors import (
@@ -26,7 +26,7 @@ from redlease.errors import (
     ServerUnavailable,
     WrongKeyType,
 )
-from redlease.sync.lock import Lock, Locks
+from redlease.sync.lock import FairLock, Lock, Locks
 
 __version__ = "0.1.0"
 

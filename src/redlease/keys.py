@@ -76,6 +76,25 @@ class LockKeys:
         return f"{self.base}:fence"
 
     @property
+    def holders(self) -> str:
+        """Shared holders (readers, permits) by lease expiry."""
+        return f"{self.base}:holders"
+
+    @property
+    def writer(self) -> str:
+        return f"{self.base}:writer"
+
+    @property
+    def count(self) -> str:
+        """A count-down latch's remaining count."""
+        return f"{self.base}:count"
+
+    @property
+    def broadcast(self) -> str:
+        """A channel every waiter of the name listens on (count-down latches)."""
+        return f"{self.base}:zero"
+
+    @property
     def queue(self) -> str:
         return f"{self.base}:queue"
 

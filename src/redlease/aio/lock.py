@@ -15,7 +15,15 @@ from redlease.aio._flavor import INTERRUPTIONS, current_owner, fire, shielded, w
 from redlease.aio.notify import AsyncNotifier, AsyncWaiter
 from redlease.aio.renewer import AsyncRenewer
 from redlease.aio.scripts import Scripts
-from redlease.core.base import LockBase, LocksBase, Owner, TokenFactory, random_token
+from redlease.core.base import (
+    LeasedBase,
+    LockBase,
+    LocksBase,
+    Owner,
+    TokenFactory,
+    random_token,
+)
+from redlease.core.claims import Claim
 from redlease.core.lease import Lease, ReleaseOutcome
 from redlease.core.ops import RunScript, Subscribe
 from redlease.core.protocol import (
@@ -23,6 +31,7 @@ from redlease.core.protocol import (
     AcquireRequest,
     Clock,
     Flow,
+    Grant,
     acquire_flow,
     extend_flow,
     release_flow,
@@ -31,7 +40,7 @@ from redlease.core.protocol import (
 from redlease.core.subscriptions import PubSubCommands
 from redlease.core.templates import KeyTemplate
 from redlease.errors import LeaseLost, LockTimeout
-from redlease.keys import DEFAULT_PREFIX, LockKeys
+from redlease.keys import DEFAULT_PREFIX
 
 F = TypeVar("F", bound=Callable[..., Any])
 logger = logging.getLogger("redlease")
@@ -104,8 +113,8 @@ class AsyncLocks(LocksBase):
 
         return decorate
 
-    def adopt(self, lease: Lease, keys: LockKeys) -> bool:
-        if super().adopt(lease, keys) or (lease.renewing and not self.renewer.running()):
+    def adopt(self, lease: Lease, role: str | None) -> bool:
+        if super().adopt(lease, role) or (lease.renewing and not self.renewer.running()):
             self.renewer.wake()
             return True
         return False
@@ -120,6 +129,29 @@ class AsyncLocks(LocksBase):
             else:
                 self.pubsub_commands = PubSubCommands(sharded=True)
         return self.pubsub_commands
+
+    async def obtain(self, request: AcquireRequest) -> Grant | None:
+        """Run an acquisition; an interrupted one gives back whatever it may have got."""
+        try:
+            grant: Grant | None = await self.drive(acquire_flow(request, self.clock))
+        except INTERRUPTIONS:
+            await self._abandon(request.claim)
+            raise
+        return grant
+
+    async def give_back(self, owner: LeasedBase[Any], lease: Lease) -> ReleaseOutcome:
+        """Release a lease already taken off the books, and report how it ended."""
+        code = await shielded(self.drive(release_flow(lease.claim)))
+        outcome, callbacks = owner._finish_release(lease, code)
+        fire(lease, callbacks)
+        return outcome
+
+    async def _abandon(self, claim: Claim) -> None:
+        """An interrupted acquire may have been granted or queued: undo both, best effort."""
+        try:
+            await shielded(self.drive(release_flow(claim, withdraw=True)))
+        except Exception:
+            logger.debug("could not give back an interrupted grant of %r", claim.keys.name)
 
     async def drive(self, flow: Flow) -> Any:
         """Carry out a flow's operations until it returns; the waiter is always let go."""
@@ -167,7 +199,7 @@ class AsyncLocks(LocksBase):
         await self.aclose()
 
 
-class AsyncLock(LockBase[AsyncLocks]):
+class AsyncLock(LockBase["AsyncLocks"]):
     """A reentrant lease lock on one name.
 
     ``ttl`` is the lease length in seconds (millisecond precision). Without it the lease
@@ -175,6 +207,8 @@ class AsyncLock(LockBase[AsyncLocks]):
     ends after ``ttl`` unless ``renew=True``. ``timeout`` is how long ``acquire`` and
     ``async with`` wait by default: ``-1`` as long as it takes, ``0`` a single try.
     The owner, for reentrancy and release, is the current task unless ``owner`` is given.
+    Waiters queue; a release hands the lock straight to the first live one, though a
+    newcomer may take a lock it finds free (see :class:`AsyncFairLock` for strict order).
     """
 
     def current_owner_ident(self) -> Owner:
@@ -186,16 +220,12 @@ class AsyncLock(LockBase[AsyncLocks]):
         ``timeout=None`` uses the lock's default, a negative one waits as long as it takes,
         ``0`` (or ``blocking=False``) tries once. Reentering a held lock only counts.
         """
-        owner, held, request = self._plan_acquire(blocking, timeout)
+        owner, held, request = self._plan_acquire(blocking, timeout, await self.commands())
         if held is not None:
             return held
-        publish = await self.commands()
-        try:
-            grant = await self.locks.drive(acquire_flow(request, self.locks.clock, publish))
-        except INTERRUPTIONS:
-            await self._abandon(request)
-            raise
-        lease = self._adopt(owner, grant, request)
+        assert request is not None
+        grant = await self.locks.obtain(request)
+        lease = self._adopt(owner, grant)
         if lease is None:
             raise self._timeout_error(request)
         return lease
@@ -216,17 +246,13 @@ class AsyncLock(LockBase[AsyncLocks]):
         lease = self._begin_release()
         if lease is None:
             return ReleaseOutcome.STILL_HELD
-        flow = release_flow(self.keys, lease, await self.commands())
-        code = await shielded(self.locks.drive(flow))
-        outcome, callbacks = self._finish_release(lease, code)
-        fire(lease, callbacks)
-        return outcome
+        return await self.locks.give_back(self, lease)
 
     async def extend(self, ttl: float | None = None) -> Lease:
         """Set the held lease's remaining time to ``ttl`` (default: its TTL) from now."""
         lease, ttl_ms = self._begin_extend(ttl)
-        flow = extend_flow(self.keys, lease.token, ttl_ms, self.locks.clock)
-        callbacks = self._finish_extend(lease, ttl_ms, await self.locks.drive(flow))
+        result = await self.locks.drive(extend_flow(lease.claim, ttl_ms, self.locks.clock))
+        callbacks = self._finish_extend(lease, ttl_ms, result, self.role)
         if callbacks is not None:
             fire(lease, callbacks)
             raise LeaseLost(self.name, lease.lost_reason or "lost")
@@ -252,14 +278,6 @@ class AsyncLock(LockBase[AsyncLocks]):
         except NETWORK_ERRORS as exc:
             raise unavailable(self.keys, "use", exc) from exc
 
-    async def _abandon(self, request: AcquireRequest) -> None:
-        """An interrupted acquire may have been granted or queued: undo both, best effort."""
-        try:
-            flow = release_flow(self.keys, request, await self.commands(), withdraw=True)
-            await shielded(self.locks.drive(flow))
-        except Exception:
-            logger.debug("could not give back an interrupted grant of %r", self.name)
-
     async def __aenter__(self) -> Lease:
         return await self.acquire()
 
@@ -272,3 +290,13 @@ class AsyncLock(LockBase[AsyncLocks]):
         lease = self.lease
         outcome = await self.release()
         self._lost_at_exit(lease, outcome, body_failed=exc_type is not None)
+
+
+class AsyncFairLock(AsyncLock):
+    """A lock served strictly in arrival order: a free lock goes to the first live waiter.
+
+    A waiter that died, gave up or was cancelled has no subscription left and is skipped
+    (and its queue entry removed) the moment the lock would reach it.
+    """
+
+    fair = True

@@ -1,7 +1,7 @@
-"""Policy shared by the sync and asyncio locks: options, reentrancy, lease bookkeeping.
+"""Policy shared by the sync and asyncio primitives: options, reentrancy, lease bookkeeping.
 
-Following filelock's shape, :class:`LockBase` owns every rule (timeouts, reentrancy,
-what a release outcome means) and the flavoured subclasses only drive the flows of
+Following filelock's shape, the bases here own every rule (timeouts, reentrancy, what a
+release outcome means) and the flavoured subclasses only drive the flows of
 :mod:`redlease.core.protocol` over their own I/O.
 """
 
@@ -17,15 +17,15 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from redlease.core.claims import Claim, ExclusiveClaim
 from redlease.core.lease import Lease, LostCallback, ReleaseOutcome
-from redlease.core.protocol import AcquireRequest, Clock, Grant, release_reason
+from redlease.core.protocol import HANDED_OVER, AcquireRequest, Clock, Grant, release_reason
 from redlease.core.renewal import RenewalSchedule
 from redlease.core.subscriptions import PubSubCommands
 from redlease.errors import InvalidArgument, LeaseLost, LockTimeout, NotOwned
 from redlease.keys import DEFAULT_PREFIX, LockKeys, ttl_to_ms, validate_name, validate_prefix
 
 CONTENDED_HINT_S = 1.0
-HANDED_OVER = 2
 DEFAULT_TTL = 30.0
 """Lease length when none is given; such leases are renewed while held (the watchdog)."""
 
@@ -49,7 +49,7 @@ class Owner:
 
 
 class LocksBase:
-    """State of one client: held leases by (name, owner), renewals, server features."""
+    """State of one client: held leases by (role, owner), renewals, server features."""
 
     def __init__(
         self,
@@ -63,7 +63,7 @@ class LocksBase:
         self.token_factory = token_factory
         self.renewals = RenewalSchedule()
         self.pubsub_commands: PubSubCommands | None = None
-        self._held: dict[tuple[str, Owner], Lease] = {}
+        self._held: dict[tuple[str, Hashable], Lease] = {}
         self._contended_until: dict[str, float] = {}
         self._guard = threading.Lock()
         self._host = socket.gethostname()
@@ -75,9 +75,13 @@ class LocksBase:
         """A fresh random token; host, pid and owner ride along so operators can see the holder."""
         return f"{self.token_factory()}|{self._host}|{os.getpid()}|{owner.describe()}"
 
-    def held(self, name: str, owner: Owner) -> Lease | None:
+    def held(self, role: str, owner: Hashable) -> Lease | None:
         with self._guard:
-            return self._held.get((name, owner))
+            return self._held.get((role, owner))
+
+    def held_leases(self) -> list[Lease]:
+        with self._guard:
+            return list(self._held.values())
 
     def note_release(self, name: str, code: int) -> None:
         """A release that handed the lock to a waiter marks the name contended for a moment.
@@ -100,38 +104,32 @@ class LocksBase:
                 return False
             return until is not None
 
-    def held_leases(self) -> list[Lease]:
-        with self._guard:
-            return list(self._held.values())
-
-    def adopt(self, lease: Lease, keys: LockKeys) -> bool:
+    def adopt(self, lease: Lease, role: str | None) -> bool:
         """Record a fresh grant and schedule its renewal before anyone can release it.
 
+        ``role`` names the lease for reentrancy (``None``: not reentrant, e.g. a permit).
         True when the renewal worker must be woken to take the new lease into account.
         """
-        with self._guard:
-            self._held[(lease.name, _owner_of(lease))] = lease
-        return lease.renewing and self.renewals.register(lease, keys)
+        if role is not None:
+            with self._guard:
+                self._held[(role, lease.owner)] = lease
+        return lease.renewing and self.renewals.register(lease)
 
-    def forget(self, lease: Lease) -> None:
+    def forget(self, lease: Lease, role: str | None) -> None:
         """Stop renewing and drop the lease, synchronously, before the release is sent."""
         self.renewals.unregister(lease)
+        if role is None:
+            return
         with self._guard:
-            key = (lease.name, _owner_of(lease))
-            if self._held.get(key) is lease:
-                del self._held[key]
-
-
-def _owner_of(lease: Lease) -> Owner:
-    assert isinstance(lease.owner, Owner)
-    return lease.owner
+            if self._held.get((role, lease.owner)) is lease:
+                del self._held[(role, lease.owner)]
 
 
 LocksT = TypeVar("LocksT", bound=LocksBase)
 
 
-class LockBase(Generic[LocksT]):
-    """A handle on one named lock; cheap to create, holds no state but its options."""
+class LeasedBase(Generic[LocksT]):
+    """Options and rules every leased primitive shares: TTL, renewal, timeout, owner."""
 
     def __init__(
         self,
@@ -149,7 +147,7 @@ class LockBase(Generic[LocksT]):
         self.name = self.keys.name
         self.ttl_ms = ttl_to_ms(DEFAULT_TTL if ttl is None else ttl)
         self.renew = ttl is None if renew is None else bool(renew)
-        self.timeout = _check_timeout(timeout)
+        self.timeout = check_timeout(timeout)
         self.blocking = bool(blocking)
         self._explicit_owner = None if owner is None else Owner("owner", owner)
 
@@ -163,83 +161,43 @@ class LockBase(Generic[LocksT]):
     def _owner(self) -> Owner:
         return self._explicit_owner or self.current_owner_ident()
 
-    @property
-    def lease(self) -> Lease | None:
-        """The current owner's lease on this lock, if it holds one."""
-        return self.locks.held(self.name, self._owner())
-
-    def _plan_acquire(
-        self, blocking: bool | None, timeout: float | None
-    ) -> tuple[Owner, Lease | None, AcquireRequest]:
-        """Reenter a held lease locally, or say what to ask the server for."""
-        owner = self._owner()
-        held = self.locks.held(self.name, owner)
-        if held is not None:
-            if held.lost:
-                raise LeaseLost(self.name, f"cannot reenter: {held.lost_reason}")
-            held.count += 1
+    def _request(
+        self, claim: Claim, blocking: bool | None, timeout: float | None
+    ) -> AcquireRequest:
         blocking = self.blocking if blocking is None else bool(blocking)
-        resolved = self.timeout if timeout is None else _check_timeout(timeout)
-        request = AcquireRequest(
-            keys=self.keys,
-            token=self.locks.new_token(owner),
-            ttl_ms=self.ttl_ms,
+        resolved = self.timeout if timeout is None else check_timeout(timeout)
+        return AcquireRequest(
+            claim=claim,
             blocking=blocking and resolved != 0,
             timeout=None if resolved < 0 else resolved,
-            contended=self.locks.contended(self.name),
+            contended=self.locks.contended(claim.keys.lease),
         )
-        return owner, held, request
 
-    def _adopt(self, owner: Owner, grant: Grant | None, request: AcquireRequest) -> Lease | None:
-        if grant is None:
-            return None
-        lease = Lease(
+    def _lease(self, owner: Owner, grant: Grant) -> Lease:
+        return Lease(
             name=self.name,
-            token=grant.token,
+            token=grant.claim.token,
             fence=grant.fence,
             ttl_ms=self.ttl_ms,
             owner=owner,
+            claim=grant.claim,
             acquired_at=grant.sent_at,
             expires_at=grant.sent_at + self.ttl_ms / 1000,
             renewing=self.renew,
         )
-        self.locks.adopt(lease, self.keys)
-        return lease
 
     def _timeout_error(self, request: AcquireRequest) -> LockTimeout:
         return LockTimeout(self.name, request.timeout if request.blocking else 0)
 
-    def _begin_release(self) -> Lease | None:
-        """The lease to release on the server, or ``None`` when an outer hold remains."""
-        owner = self._owner()
-        lease = self.locks.held(self.name, owner)
-        if lease is None:
-            raise NotOwned(
-                f"lock {self.name!r} is not held by {owner.describe()}; nothing was released"
-            )
-        if lease.count > 1:
-            lease.count -= 1
-            return None
-        self.locks.forget(lease)
-        return lease
-
     def _finish_release(self, lease: Lease, code: int) -> tuple[ReleaseOutcome, list[LostCallback]]:
-        self.locks.note_release(self.name, code)
+        self.locks.note_release(lease.claim.keys.lease, code)
         reason = release_reason(code)
         if reason is None:
             return ReleaseOutcome.RELEASED, []
         return ReleaseOutcome.EXPIRED, lease.mark_lost(reason)
 
-    def _begin_extend(self, ttl: float | None) -> tuple[Lease, int]:
-        lease = self.lease
-        if lease is None:
-            raise NotOwned(f"lock {self.name!r} is not held by {self._owner().describe()}")
-        if lease.lost:
-            raise LeaseLost(self.name, lease.lost_reason or "lost")
-        return lease, ttl_to_ms(ttl) if ttl is not None else lease.ttl_ms
-
     def _finish_extend(
-        self, lease: Lease, ttl_ms: int, result: tuple[bool, float]
+        self, lease: Lease, ttl_ms: int, result: tuple[bool, float], role: str | None
     ) -> list[LostCallback] | None:
         """``None`` when extended; otherwise the lost-lease callbacks to fire before raising."""
         extended, sent_at = result
@@ -247,15 +205,8 @@ class LockBase(Generic[LocksT]):
             lease.ttl_ms = ttl_ms
             lease.expires_at = sent_at + ttl_ms / 1000
             return None
-        self.locks.forget(lease)
+        self.locks.forget(lease, role)
         return lease.mark_lost("extend found the lease gone or owned by another")
-
-    def _is_ours(self, value: object) -> bool:
-        lease = self.lease
-        if lease is None or value is None:
-            return False
-        text = value.decode() if isinstance(value, bytes) else str(value)
-        return text == lease.token
 
     @staticmethod
     def _lost_at_exit(lease: Lease | None, outcome: ReleaseOutcome, body_failed: bool) -> None:
@@ -266,7 +217,76 @@ class LockBase(Generic[LocksT]):
             raise LeaseLost(lease.name, lease.lost_reason or "the lease ended during the block")
 
 
-def _check_timeout(timeout: object) -> float:
+class LockBase(LeasedBase[LocksT]):
+    """A reentrant lease on one name (exclusive, or one side of a read-write lock)."""
+
+    role_suffix = ""
+
+    @property
+    def role(self) -> str:
+        """What reentrancy is counted on: the lease key, plus the side of a read-write lock."""
+        return self.keys.lease + self.role_suffix
+
+    def _claim(self, token: str, publish: str) -> Claim:
+        return ExclusiveClaim(self.keys, token, self.ttl_ms, publish)
+
+    @property
+    def lease(self) -> Lease | None:
+        """The current owner's lease on this lock, if it holds one."""
+        return self.locks.held(self.role, self._owner())
+
+    def _plan_acquire(
+        self, blocking: bool | None, timeout: float | None, publish: str
+    ) -> tuple[Owner, Lease | None, AcquireRequest | None]:
+        """Reenter a held lease locally, or say what to ask the server for."""
+        owner = self._owner()
+        held = self.locks.held(self.role, owner)
+        if held is not None:
+            if held.lost:
+                raise LeaseLost(self.name, f"cannot reenter: {held.lost_reason}")
+            held.count += 1
+            return owner, held, None
+        claim = self._claim(self.locks.new_token(owner), publish)
+        return owner, None, self._request(claim, blocking, timeout)
+
+    def _adopt(self, owner: Owner, grant: Grant | None) -> Lease | None:
+        if grant is None:
+            return None
+        lease = self._lease(owner, grant)
+        self.locks.adopt(lease, self.role)
+        return lease
+
+    def _begin_release(self) -> Lease | None:
+        """The lease to release on the server, or ``None`` when an outer hold remains."""
+        owner = self._owner()
+        lease = self.locks.held(self.role, owner)
+        if lease is None:
+            raise NotOwned(
+                f"lock {self.name!r} is not held by {owner.describe()}; nothing was released"
+            )
+        if lease.count > 1:
+            lease.count -= 1
+            return None
+        self.locks.forget(lease, self.role)
+        return lease
+
+    def _begin_extend(self, ttl: float | None) -> tuple[Lease, int]:
+        lease = self.lease
+        if lease is None:
+            raise NotOwned(f"lock {self.name!r} is not held by {self._owner().describe()}")
+        if lease.lost:
+            raise LeaseLost(self.name, lease.lost_reason or "lost")
+        return lease, ttl_to_ms(ttl) if ttl is not None else lease.ttl_ms
+
+    def _is_ours(self, value: object) -> bool:
+        lease = self.lease
+        if lease is None or value is None:
+            return False
+        text = value.decode() if isinstance(value, bytes) else str(value)
+        return text == lease.token
+
+
+def check_timeout(timeout: object) -> float:
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or math.isnan(timeout):
         raise InvalidArgument(f"timeout must be a number of seconds, got {timeout!r}")
     return float(timeout)

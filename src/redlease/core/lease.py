@@ -6,6 +6,10 @@ import enum
 import logging
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from redlease.core.claims import Claim
 
 logger = logging.getLogger("redlease")
 
@@ -43,6 +47,7 @@ class Lease:
     fence: int
     ttl_ms: int
     owner: Hashable
+    claim: Claim = field(repr=False)
     acquired_at: float
     expires_at: float
     renewing: bool

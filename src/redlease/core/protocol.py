@@ -16,7 +16,7 @@ from typing import Any
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from redlease.core.lease import Lease
+from redlease.core.claims import Claim
 from redlease.core.ops import Operation, RunScript, Subscribe, Wait
 from redlease.errors import FenceExhausted, ServerUnavailable, WrongKeyType
 from redlease.keys import LockKeys
@@ -33,15 +33,13 @@ NOT_QUEUED, JOIN_QUEUE, IN_QUEUE = "0", "1", "2"
 """How an acquire attempt treats the waiter queue (see ``acquire.lua``)."""
 
 RELEASE_ATTEMPTS = 3
-RELEASE_LATCH_MS = 60_000
-"""How long a release remembers its answer for a retry (the latch key's own TTL)."""
+RELEASED, HANDED_OVER, EXPIRED, TAKEN_OVER = 1, 2, -1, -2
+"""Release script answers."""
 
 
 @dataclass(frozen=True)
 class AcquireRequest:
-    keys: LockKeys
-    token: str
-    ttl_ms: int
+    claim: Claim
     blocking: bool
     timeout: float | None
     """Seconds to keep trying; ``None`` waits as long as it takes."""
@@ -60,7 +58,7 @@ class Handoff:
 
 @dataclass(frozen=True)
 class Grant:
-    token: str
+    claim: Claim
     fence: int
     sent_at: float
     """Monotonic time the granting request left: the lease ends no earlier than this + TTL."""
@@ -70,100 +68,96 @@ def unavailable(keys: LockKeys, action: str, exc: BaseException) -> ServerUnavai
     return ServerUnavailable(f"could not {action} lock {keys.name!r}: server unreachable ({exc})")
 
 
-def acquire_flow(request: AcquireRequest, clock: Clock, publish_command: str) -> Flow:
+def acquire_flow(request: AcquireRequest, clock: Clock) -> Flow:
     """Try at once; if blocking, subscribe, try again (now queued), then wait for a hand-off.
 
     The waiter subscribes to its own channel *before* it joins the queue, so a release
     that picks it always finds it listening, and a release that lands between the first
-    try and the queueing is seen by the second try. A hand-off message means the lock is
-    already ours (the release set it to our token); every wait is also capped by the
-    holder's remaining TTL, since an expiry hands nothing to anybody. A waiter that gives
-    up withdraws from the queue, and gives the lock back if it was handed over meanwhile.
+    try and the queueing is seen by the second try. A hand-off message means the lease is
+    already ours (the release granted it to our token); every wait is also capped by the
+    blockers' remaining TTL, since an expiry hands nothing to anybody. A waiter that gives
+    up withdraws from the queue, and passes on whatever was handed to it meanwhile.
     """
-    keys = request.keys
+    claim = request.claim
     deadline = math.inf if request.timeout is None else clock() + request.timeout
     queue = NOT_QUEUED
     if request.contended and request.blocking:
-        yield Subscribe(keys.waiter_channel(request.token))
+        yield Subscribe(claim.channel)
         queue = JOIN_QUEUE
     while True:
         sent_at = clock()
         try:
-            reply = yield RunScript(
-                ScriptName.ACQUIRE,
-                (keys.lease, keys.fence, keys.queue),
-                (request.token, request.ttl_ms, queue),
-            )
+            reply = yield claim.acquire_op(queue)
         except NETWORK_ERRORS as exc:
-            raise unavailable(keys, "acquire", exc) from exc
+            raise unavailable(claim.keys, "acquire", exc) from exc
         status, value = int(reply[0]), reply[1]
         if status == 1:
-            return Grant(request.token, int(value), sent_at)
+            return Grant(claim, int(value), sent_at)
         if status == -1:
-            raise WrongKeyType(keys.lease, _text(value), "string with an expiry (a lease)")
+            raise WrongKeyType(claim.keys.lease, _text(value), "string with an expiry (a lease)")
         if status == -2:
-            raise _fence_error(keys, _text(value))
-        pttl_ms = int(value)
+            raise _fence_error(claim.keys, _text(value))
+        wait_ms = int(value)
         remaining = deadline - clock()
         if not request.blocking or remaining <= 0:
             if queue != NOT_QUEUED:
-                yield from release_flow(keys, request, publish_command, withdraw=True)
+                yield from release_flow(claim, withdraw=True)
             return None
         if queue == NOT_QUEUED:
-            yield Subscribe(keys.waiter_channel(request.token))
+            yield Subscribe(claim.channel)
             queue = JOIN_QUEUE
             continue
         queue = IN_QUEUE
-        handoff = yield Wait(min(remaining, pttl_ms / 1000 + EXPIRY_SLACK_S))
+        handoff = yield Wait(min(remaining, wait_ms / 1000 + EXPIRY_SLACK_S))
         if handoff is not None:
-            return Grant(request.token, handoff.fence, handoff.received_at)
+            return Grant(claim, handoff.fence, handoff.received_at)
 
 
-def release_flow(
-    keys: LockKeys, lease: AcquireRequest | Lease, publish_command: str, *, withdraw: bool = False
-) -> Flow:
-    """Release (handing the lock to the first live waiter), retrying only a lost reply.
+def release_flow(claim: Claim, *, withdraw: bool = False) -> Flow:
+    """Release (handing on to the first live waiter), retrying only a lost reply.
 
     With ``withdraw`` the caller is a waiter giving up: it leaves the queue first, and
-    whatever was handed to it meanwhile is passed on. Returns the script's code: 1
-    released, 2 handed to a waiter, -1 expired, -2 taken over.
+    whatever was handed to it meanwhile is passed on. Returns the script's code:
+    :data:`RELEASED`, :data:`HANDED_OVER`, :data:`EXPIRED` or :data:`TAKEN_OVER`.
     """
-    member = queue_member(lease.ttl_ms, lease.token) if withdraw else ""
+    operation = claim.release_op(withdraw)
     for attempt in range(1, RELEASE_ATTEMPTS + 1):
         try:
-            reply = yield RunScript(
-                ScriptName.RELEASE,
-                (keys.lease, keys.latch(lease.token), keys.queue, keys.fence),
-                (lease.token, RELEASE_LATCH_MS, publish_command, keys.wake_prefix, member),
-            )
+            reply = yield operation
         except NETWORK_ERRORS as exc:
             if attempt == RELEASE_ATTEMPTS:
-                raise unavailable(keys, "release", exc) from exc
+                raise unavailable(claim.keys, "release", exc) from exc
             continue
         return int(reply)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def queue_member(ttl_ms: int, token: str) -> str:
-    """A waiter's queue entry: the release script hands over with this TTL to this token."""
-    return f"{ttl_ms}:{token}"
-
-
-def extend_flow(keys: LockKeys, token: str, ttl_ms: int, clock: Clock) -> Flow:
+def extend_flow(claim: Claim, ttl_ms: int, clock: Clock) -> Flow:
     """Extend one lease if still ours. Returns ``(extended, sent_at)``."""
     sent_at = clock()
+    operation = RunScript(
+        ScriptName.RENEW, (claim.renew_key,), (claim.renew_kind, claim.token, ttl_ms)
+    )
     try:
-        reply = yield RunScript(ScriptName.RENEW, (keys.lease,), (token, ttl_ms))
+        reply = yield operation
     except NETWORK_ERRORS as exc:
-        raise unavailable(keys, "extend", exc) from exc
+        raise unavailable(claim.keys, "extend", exc) from exc
     return int(reply[0]) == 1, sent_at
+
+
+def call_flow(operation: RunScript, keys: LockKeys, action: str) -> Flow:
+    """One script call whose reply is the answer (inspection, downgrade, count-down)."""
+    try:
+        return (yield operation)
+    except NETWORK_ERRORS as exc:
+        raise unavailable(keys, action, exc) from exc
 
 
 def release_reason(code: int) -> str | None:
     """Why a release found nothing to release (``None`` when it did release)."""
-    if code in (1, 2):
+    if code in (RELEASED, HANDED_OVER):
         return None
-    if code == -2:
+    if code == TAKEN_OVER:
         return "another owner holds the lock now (our lease expired and was taken over)"
     return "the lease had expired (or was deleted) before the release"
 

@@ -12,11 +12,9 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from redlease.core.lease import Lease, LostCallback
 from redlease.core.ops import RunScript
-from redlease.keys import LockKeys
 from redlease.scripts import ScriptName
 
 RETRY_AFTER_ERROR_S = 0.2
@@ -24,28 +22,20 @@ BATCH_SIZE = 500
 """Leases per renewal script call; several calls go out in one pipeline."""
 
 
-@dataclass(frozen=True)
-class Renewal:
-    lease: Lease
-    keys: LockKeys
-
-
 class RenewalSchedule:
     """The leases a client renews, and when each is due. Thread-safe, clock-agnostic."""
 
     def __init__(self) -> None:
         self._due: dict[Lease, float] = {}
-        self._keys: dict[Lease, LockKeys] = {}
         self._guard = threading.Lock()
         self._planned = math.inf
 
     def __len__(self) -> int:
         return len(self._due)
 
-    def register(self, lease: Lease, keys: LockKeys) -> bool:
+    def register(self, lease: Lease) -> bool:
         """Schedule a lease; True when it is due before the worker planned to wake."""
         with self._guard:
-            self._keys[lease] = keys
             due = self._due[lease] = lease.acquired_at + lease.ttl / 3
             return due < self._planned
 
@@ -53,7 +43,6 @@ class RenewalSchedule:
         """Stop renewing at once; a renewal already in flight is ignored when it lands."""
         with self._guard:
             self._due.pop(lease, None)
-            self._keys.pop(lease, None)
 
     def next_wakeup(self) -> float | None:
         """When the worker should next look; it remembers this to know when to be woken."""
@@ -62,22 +51,17 @@ class RenewalSchedule:
             self._planned = math.inf if wake is None else wake
             return wake
 
-    def take_due(self, now: float) -> list[Renewal]:
+    def take_due(self, now: float) -> list[Lease]:
         with self._guard:
-            return [
-                Renewal(lease, self._keys[lease])
-                for lease, due in self._due.items()
-                if due - lease.ttl / 6 <= now
-            ]
+            return [lease for lease, due in self._due.items() if due - lease.ttl / 6 <= now]
 
     def settle(
-        self, batch: Sequence[Renewal], answers: Sequence[bool | None], sent_at: float, now: float
+        self, batch: Sequence[Lease], answers: Sequence[bool | None], sent_at: float, now: float
     ) -> list[tuple[Lease, list[LostCallback]]]:
         """Apply renewal answers (``None`` = no answer); return the callbacks of lost leases."""
         lost: list[tuple[Lease, list[LostCallback]]] = []
         with self._guard:
-            for renewal, answer in zip(batch, answers, strict=True):
-                lease = renewal.lease
+            for lease, answer in zip(batch, answers, strict=True):
                 if lease not in self._due:
                     continue
                 if answer:
@@ -94,20 +78,19 @@ class RenewalSchedule:
                     else "the server could not be reached before the lease ran out"
                 )
                 del self._due[lease]
-                del self._keys[lease]
                 lost.append((lease, lease.mark_lost(reason)))
         return lost
 
 
-def renewal_calls(due: Sequence[Renewal]) -> list[RunScript]:
+def renewal_calls(due: Sequence[Lease]) -> list[RunScript]:
     """Group renewals into script calls of at most :data:`BATCH_SIZE` leases each."""
     calls = []
     for start in range(0, len(due), BATCH_SIZE):
         chunk = due[start : start + BATCH_SIZE]
         args: list[str | int] = []
-        for renewal in chunk:
-            args += [renewal.lease.token, renewal.lease.ttl_ms]
-        calls.append(RunScript(ScriptName.RENEW, [r.keys.lease for r in chunk], args))
+        for lease in chunk:
+            args += [lease.claim.renew_kind, lease.token, lease.ttl_ms]
+        calls.append(RunScript(ScriptName.RENEW, [lease.claim.renew_key for lease in chunk], args))
     return calls
 
 

@@ -11,6 +11,9 @@ class ScriptName(enum.Enum):
     ACQUIRE = "acquire"
     RELEASE = "release"
     RENEW = "renew"
+    SHARED = "shared"
+    COUNTDOWN = "countdown"
+    MULTI_ACQUIRE = "multi_acquire"
 
     @property
     def source(self) -> str:

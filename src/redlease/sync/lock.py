@@ -12,7 +12,15 @@ from typing import Any, TypeVar
 from redis import Redis
 from redis.exceptions import ResponseError
 
-from redlease.core.base import LockBase, LocksBase, Owner, TokenFactory, random_token
+from redlease.core.base import (
+    LeasedBase,
+    LockBase,
+    LocksBase,
+    Owner,
+    TokenFactory,
+    random_token,
+)
+from redlease.core.claims import Claim
 from redlease.core.lease import Lease, ReleaseOutcome
 from redlease.core.ops import RunScript, Subscribe
 from redlease.core.protocol import (
@@ -20,6 +28,7 @@ from redlease.core.protocol import (
     AcquireRequest,
     Clock,
     Flow,
+    Grant,
     acquire_flow,
     extend_flow,
     release_flow,
@@ -28,7 +37,7 @@ from redlease.core.protocol import (
 from redlease.core.subscriptions import PubSubCommands
 from redlease.core.templates import KeyTemplate
 from redlease.errors import LeaseLost, LockTimeout
-from redlease.keys import DEFAULT_PREFIX, LockKeys
+from redlease.keys import DEFAULT_PREFIX
 from redlease.sync._flavor import INTERRUPTIONS, current_owner, fire, shielded, wrap_locked
 from redlease.sync.notify import Notifier, Waiter
 from redlease.sync.renewer import Renewer
@@ -105,8 +114,8 @@ class Locks(LocksBase):
 
         return decorate
 
-    def adopt(self, lease: Lease, keys: LockKeys) -> bool:
-        if super().adopt(lease, keys) or (lease.renewing and not self.renewer.running()):
+    def adopt(self, lease: Lease, role: str | None) -> bool:
+        if super().adopt(lease, role) or (lease.renewing and not self.renewer.running()):
             self.renewer.wake()
             return True
         return False
@@ -121,6 +130,29 @@ class Locks(LocksBase):
             else:
                 self.pubsub_commands = PubSubCommands(sharded=True)
         return self.pubsub_commands
+
+    def obtain(self, request: AcquireRequest) -> Grant | None:
+        """Run an acquisition; an interrupted one gives back whatever it may have got."""
+        try:
+            grant: Grant | None = self.drive(acquire_flow(request, self.clock))
+        except INTERRUPTIONS:
+            self._abandon(request.claim)
+            raise
+        return grant
+
+    def give_back(self, owner: LeasedBase[Any], lease: Lease) -> ReleaseOutcome:
+        """Release a lease already taken off the books, and report how it ended."""
+        code = shielded(self.drive(release_flow(lease.claim)))
+        outcome, callbacks = owner._finish_release(lease, code)
+        fire(lease, callbacks)
+        return outcome
+
+    def _abandon(self, claim: Claim) -> None:
+        """An interrupted acquire may have been granted or queued: undo both, best effort."""
+        try:
+            shielded(self.drive(release_flow(claim, withdraw=True)))
+        except Exception:
+            logger.debug("could not give back an interrupted grant of %r", claim.keys.name)
 
     def drive(self, flow: Flow) -> Any:
         """Carry out a flow's operations until it returns; the waiter is always let go."""
@@ -168,7 +200,7 @@ class Locks(LocksBase):
         self.close()
 
 
-class Lock(LockBase[Locks]):
+class Lock(LockBase["Locks"]):
     """A reentrant lease lock on one name.
 
     ``ttl`` is the lease length in seconds (millisecond precision). Without it the lease
@@ -176,6 +208,8 @@ class Lock(LockBase[Locks]):
     ends after ``ttl`` unless ``renew=True``. ``timeout`` is how long ``acquire`` and
     ``with`` wait by default: ``-1`` as long as it takes, ``0`` a single try.
     The owner, for reentrancy and release, is the current thread unless ``owner`` is given.
+    Waiters queue; a release hands the lock straight to the first live one, though a
+    newcomer may take a lock it finds free (see :class:`FairLock` for strict order).
     """
 
     def current_owner_ident(self) -> Owner:
@@ -187,16 +221,12 @@ class Lock(LockBase[Locks]):
         ``timeout=None`` uses the lock's default, a negative one waits as long as it takes,
         ``0`` (or ``blocking=False``) tries once. Reentering a held lock only counts.
         """
-        owner, held, request = self._plan_acquire(blocking, timeout)
+        owner, held, request = self._plan_acquire(blocking, timeout, self.commands())
         if held is not None:
             return held
-        publish = self.commands()
-        try:
-            grant = self.locks.drive(acquire_flow(request, self.locks.clock, publish))
-        except INTERRUPTIONS:
-            self._abandon(request)
-            raise
-        lease = self._adopt(owner, grant, request)
+        assert request is not None
+        grant = self.locks.obtain(request)
+        lease = self._adopt(owner, grant)
         if lease is None:
             raise self._timeout_error(request)
         return lease
@@ -217,17 +247,13 @@ class Lock(LockBase[Locks]):
         lease = self._begin_release()
         if lease is None:
             return ReleaseOutcome.STILL_HELD
-        flow = release_flow(self.keys, lease, self.commands())
-        code = shielded(self.locks.drive(flow))
-        outcome, callbacks = self._finish_release(lease, code)
-        fire(lease, callbacks)
-        return outcome
+        return self.locks.give_back(self, lease)
 
     def extend(self, ttl: float | None = None) -> Lease:
         """Set the held lease's remaining time to ``ttl`` (default: its TTL) from now."""
         lease, ttl_ms = self._begin_extend(ttl)
-        flow = extend_flow(self.keys, lease.token, ttl_ms, self.locks.clock)
-        callbacks = self._finish_extend(lease, ttl_ms, self.locks.drive(flow))
+        result = self.locks.drive(extend_flow(lease.claim, ttl_ms, self.locks.clock))
+        callbacks = self._finish_extend(lease, ttl_ms, result, self.role)
         if callbacks is not None:
             fire(lease, callbacks)
             raise LeaseLost(self.name, lease.lost_reason or "lost")
@@ -253,14 +279,6 @@ class Lock(LockBase[Locks]):
         except NETWORK_ERRORS as exc:
             raise unavailable(self.keys, "use", exc) from exc
 
-    def _abandon(self, request: AcquireRequest) -> None:
-        """An interrupted acquire may have been granted or queued: undo both, best effort."""
-        try:
-            flow = release_flow(self.keys, request, self.commands(), withdraw=True)
-            shielded(self.locks.drive(flow))
-        except Exception:
-            logger.debug("could not give back an interrupted grant of %r", self.name)
-
     def __enter__(self) -> Lease:
         return self.acquire()
 
@@ -273,3 +291,13 @@ class Lock(LockBase[Locks]):
         lease = self.lease
         outcome = self.release()
         self._lost_at_exit(lease, outcome, body_failed=exc_type is not None)
+
+
+class FairLock(Lock):
+    """A lock served strictly in arrival order: a free lock goes to the first live waiter.
+
+    A waiter that died, gave up or was cancelled has no subscription left and is skipped
+    (and its queue entry removed) the moment the lock would reach it.
+    """
+
+    fair = True
