@@ -11,8 +11,17 @@ The asyncio twin is :class:`AsyncLocks` (``async with alocks.lock(...)``).
 
 from __future__ import annotations
 
+from redlease.aio.family import (
+    AsyncCountDownLatch,
+    AsyncMultiLock,
+    AsyncReadLock,
+    AsyncReadWriteLock,
+    AsyncSemaphore,
+    AsyncWriteLock,
+)
 from redlease.aio.lock import AsyncFairLock, AsyncLock, AsyncLocks
 from redlease.core.base import DEFAULT_TTL
+from redlease.core.family import MultiLease
 from redlease.core.lease import Lease, ReleaseOutcome
 from redlease.errors import (
     FenceExhausted,
@@ -26,14 +35,31 @@ from redlease.errors import (
     ServerUnavailable,
     WrongKeyType,
 )
+from redlease.sync.family import (
+    CountDownLatch,
+    MultiLock,
+    ReadLock,
+    ReadWriteLock,
+    Semaphore,
+    WriteLock,
+)
 from redlease.sync.lock import FairLock, Lock, Locks
 
 __version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_TTL",
+    "AsyncCountDownLatch",
+    "AsyncFairLock",
     "AsyncLock",
     "AsyncLocks",
+    "AsyncMultiLock",
+    "AsyncReadLock",
+    "AsyncReadWriteLock",
+    "AsyncSemaphore",
+    "AsyncWriteLock",
+    "CountDownLatch",
+    "FairLock",
     "FenceExhausted",
     "InvalidArgument",
     "InvalidName",
@@ -43,10 +69,16 @@ __all__ = [
     "LockError",
     "LockTimeout",
     "Locks",
+    "MultiLease",
+    "MultiLock",
     "NotOwned",
+    "ReadLock",
+    "ReadWriteLock",
     "ReleaseOutcome",
+    "Semaphore",
     "ServerNotFound",
     "ServerUnavailable",
+    "WriteLock",
     "WrongKeyType",
     "__version__",
 ]

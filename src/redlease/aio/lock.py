@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
@@ -40,7 +40,15 @@ from redlease.core.protocol import (
 from redlease.core.subscriptions import PubSubCommands
 from redlease.core.templates import KeyTemplate
 from redlease.errors import LeaseLost, LockTimeout
-from redlease.keys import DEFAULT_PREFIX
+from redlease.keys import DEFAULT_PREFIX, LockKeys
+
+if TYPE_CHECKING:
+    from redlease.aio.family import (
+        AsyncCountDownLatch,
+        AsyncMultiLock,
+        AsyncReadWriteLock,
+        AsyncSemaphore,
+    )
 
 F = TypeVar("F", bound=Callable[..., Any])
 logger = logging.getLogger("redlease")
@@ -86,6 +94,34 @@ class AsyncLocks(LocksBase):
             self, name, ttl=ttl, renew=renew, timeout=timeout, blocking=blocking, owner=owner
         )
 
+    def fair_lock(self, name: str, **options: Any) -> AsyncFairLock:
+        """A lock served in arrival order; options as for :meth:`lock`."""
+        return AsyncFairLock(self, name, **options)
+
+    def rw_lock(self, name: str, **options: Any) -> AsyncReadWriteLock:
+        """A read-write lock: ``rw.read`` and ``rw.write``; options as for :meth:`lock`."""
+        from redlease.aio.family import AsyncReadWriteLock  # noqa: PLC0415 - builds on this module
+
+        return AsyncReadWriteLock(self, name, **options)
+
+    def semaphore(self, name: str, permits: int, **options: Any) -> AsyncSemaphore:
+        """``permits`` leased places; every client must pass the same ``permits``."""
+        from redlease.aio.family import AsyncSemaphore  # noqa: PLC0415
+
+        return AsyncSemaphore(self, name, permits, **options)
+
+    def latch(self, name: str) -> AsyncCountDownLatch:
+        """A count-down latch: ``try_set_count``, ``count_down``, ``wait``."""
+        from redlease.aio.family import AsyncCountDownLatch  # noqa: PLC0415
+
+        return AsyncCountDownLatch(self, name)
+
+    def multi_lock(self, names: Iterable[str], **options: Any) -> AsyncMultiLock:
+        """Several locks taken all or none; options as for :meth:`lock`."""
+        from redlease.aio.family import AsyncMultiLock  # noqa: PLC0415
+
+        return AsyncMultiLock(self, names, **options)
+
     def locked(
         self,
         template: str,
@@ -129,6 +165,18 @@ class AsyncLocks(LocksBase):
             else:
                 self.pubsub_commands = PubSubCommands(sharded=True)
         return self.pubsub_commands
+
+    async def commands_for(self, keys: LockKeys) -> str:
+        """The publish command, or :class:`ServerUnavailable` naming the lock."""
+        try:
+            return (await self.commands()).publish
+        except NETWORK_ERRORS as exc:
+            raise unavailable(keys, "use", exc) from exc
+
+    @property
+    def atomic_multi(self) -> bool:
+        """Whether one script may take several locks at once (not across cluster slots)."""
+        return True
 
     async def obtain(self, request: AcquireRequest) -> Grant | None:
         """Run an acquisition; an interrupted one gives back whatever it may have got."""
@@ -273,10 +321,7 @@ class AsyncLock(LockBase["AsyncLocks"]):
             raise unavailable(self.keys, "inspect", exc) from exc
 
     async def commands(self) -> str:
-        try:
-            return (await self.locks.commands()).publish
-        except NETWORK_ERRORS as exc:
-            raise unavailable(self.keys, "use", exc) from exc
+        return await self.locks.commands_for(self.keys)
 
     async def __aenter__(self) -> Lease:
         return await self.acquire()

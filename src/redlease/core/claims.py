@@ -153,3 +153,6 @@ class SharedClaim:
 
     def available_op(self) -> RunScript:
         return self._op("available", "")
+
+    def count_op(self) -> RunScript:
+        return self._op("count", "")

@@ -173,3 +173,93 @@ def _fence_error(keys: LockKeys, message: str) -> Exception:
 
 def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def multi_acquire_flow(
+    claims: list[Claim], atomic: bool, request: AcquireRequest, clock: Clock
+) -> Flow:
+    """Take every claim or none: ``(fences in the claims' order, sent_at)``, or ``None``.
+
+    Claims come sorted by name: that is the global order every multi-lock follows. With
+    ``atomic`` (one server, or one slot) a single script takes all of them when all are
+    free. Otherwise, or while some are busy, the flow blocks on the first busy lock in
+    order, holding only locks that come before it (it lets go of later ones first), so two
+    multi-locks can never wait on each other. A timeout gives everything back.
+    """
+    deadline = math.inf if request.timeout is None else clock() + request.timeout
+    fences: dict[int, int] = {}
+    granted_at: dict[int, float] = {}
+    while True:
+        busy = next(index for index in range(len(claims)) if index not in fences)
+        if atomic:
+            sent_at = clock()
+            try:
+                reply = yield _multi_op(claims)
+            except NETWORK_ERRORS as exc:
+                yield from _give_back(claims, fences)
+                raise unavailable(claims[0].keys, "acquire", exc) from exc
+            status = int(reply[0])
+            if status == 1:
+                return [int(f) or fences[i] for i, f in enumerate(reply[1:])], sent_at
+            if status == -1:
+                yield from _give_back(claims, fences)
+                index = int(reply[1]) - 1
+                raise WrongKeyType(claims[index].keys.lease, _text(reply[2]), "lease string")
+            busy = int(reply[1]) - 1
+        remaining = deadline - clock()
+        if atomic and (not request.blocking or remaining <= 0):
+            yield from _give_back(claims, fences)
+            return None
+        later = {index: fence for index, fence in fences.items() if index > busy}
+        yield from _give_back(claims, later)
+        for index in later:
+            del fences[index]
+            granted_at.pop(index, None)
+        step = AcquireRequest(
+            claims[busy],
+            blocking=request.blocking and remaining > 0,
+            timeout=None if math.isinf(remaining) else max(remaining, 0.0),
+        )
+        grant = yield from acquire_flow(step, clock)
+        if grant is None:
+            yield from _give_back(claims, fences)
+            return None
+        fences[busy] = grant.fence
+        granted_at[busy] = grant.sent_at
+        if not atomic and len(fences) == len(claims):
+            return [fences[index] for index in range(len(claims))], min(granted_at.values())
+
+
+def _multi_op(claims: list[Claim]) -> RunScript:
+    keys: list[str] = []
+    for claim in claims:
+        keys += [claim.keys.lease, claim.keys.fence]
+    return RunScript(ScriptName.MULTI_ACQUIRE, keys, (claims[0].token, claims[0].ttl_ms))
+
+
+def _give_back(claims: list[Claim], held: dict[int, int]) -> Flow:
+    for index in sorted(held, reverse=True):
+        yield from release_flow(claims[index])
+
+
+def latch_wait_flow(
+    operation: RunScript, channel: str, timeout: float | None, clock: Clock
+) -> Flow:
+    """Wait until the latch's count is zero: check, subscribe, check again, wait, check."""
+    deadline = math.inf if timeout is None else clock() + timeout
+    subscribed = False
+    while True:
+        if int((yield operation)) <= 0:
+            return True
+        remaining = deadline - clock()
+        if remaining <= 0:
+            return False
+        if not subscribed:
+            yield Subscribe(channel)
+            subscribed = True
+            continue
+        yield Wait(min(remaining, LATCH_RECHECK_S))
+
+
+LATCH_RECHECK_S = 60.0
+"""A latch waiter looks again at least this often (it is woken at once on zero)."""

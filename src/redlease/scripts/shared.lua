@@ -4,7 +4,7 @@
 -- KEYS[2] writer: string holding the exclusive holder's token, with a PX expiry
 -- KEYS[3] waiter queue: list of '<mode>:<ttl_ms>:<token>' in arrival order
 -- KEYS[4] fence counter; KEYS[5] release latch of ARGV[3]
--- ARGV[1] op: 'acquire' | 'release' | 'downgrade' | 'available'
+-- ARGV[1] op: 'acquire' | 'release' | 'downgrade' | 'available' | 'count'
 -- ARGV[2] mode: 'r' shared (reader, permit) | 'w' exclusive (writer)
 -- ARGV[3] token, ARGV[4] ttl in ms,
 -- ARGV[5] capacity: most shared holders at once (0 = no limit, as for readers)
@@ -16,7 +16,8 @@
 -- writer waiting behind readers keeps new readers out: writers cannot starve.
 -- acquire returns {1, fence} | {0, ms until a blocker may end}; release returns 1 released
 -- | 2 released and handed on | -1 the lease had already ended; downgrade returns 1 | -1;
--- available returns the free shared places (capacity - holders), or -1 without capacity.
+-- available returns the free shared places (capacity - holders), or -1 without capacity;
+-- count returns how many shared holders there are.
 local holders, writer, queue, fence_key, latch = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local op, mode, token, ttl = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local capacity = tonumber(ARGV[5])
@@ -103,6 +104,10 @@ if op == 'acquire' then
     redis.call('pexpire', queue, wait + 60000)
   end
   return {0, wait}
+end
+
+if op == 'count' then
+  return redis.call('zcard', holders)
 end
 
 if op == 'available' then

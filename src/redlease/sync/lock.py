@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis import Redis
 from redis.exceptions import ResponseError
@@ -37,11 +37,19 @@ from redlease.core.protocol import (
 from redlease.core.subscriptions import PubSubCommands
 from redlease.core.templates import KeyTemplate
 from redlease.errors import LeaseLost, LockTimeout
-from redlease.keys import DEFAULT_PREFIX
+from redlease.keys import DEFAULT_PREFIX, LockKeys
 from redlease.sync._flavor import INTERRUPTIONS, current_owner, fire, shielded, wrap_locked
 from redlease.sync.notify import Notifier, Waiter
 from redlease.sync.renewer import Renewer
 from redlease.sync.scripts import Scripts
+
+if TYPE_CHECKING:
+    from redlease.sync.family import (
+        CountDownLatch,
+        MultiLock,
+        ReadWriteLock,
+        Semaphore,
+    )
 
 F = TypeVar("F", bound=Callable[..., Any])
 logger = logging.getLogger("redlease")
@@ -87,6 +95,34 @@ class Locks(LocksBase):
             self, name, ttl=ttl, renew=renew, timeout=timeout, blocking=blocking, owner=owner
         )
 
+    def fair_lock(self, name: str, **options: Any) -> FairLock:
+        """A lock served in arrival order; options as for :meth:`lock`."""
+        return FairLock(self, name, **options)
+
+    def rw_lock(self, name: str, **options: Any) -> ReadWriteLock:
+        """A read-write lock: ``rw.read`` and ``rw.write``; options as for :meth:`lock`."""
+        from redlease.sync.family import ReadWriteLock  # noqa: PLC0415 - builds on this module
+
+        return ReadWriteLock(self, name, **options)
+
+    def semaphore(self, name: str, permits: int, **options: Any) -> Semaphore:
+        """``permits`` leased places; every client must pass the same ``permits``."""
+        from redlease.sync.family import Semaphore  # noqa: PLC0415
+
+        return Semaphore(self, name, permits, **options)
+
+    def latch(self, name: str) -> CountDownLatch:
+        """A count-down latch: ``try_set_count``, ``count_down``, ``wait``."""
+        from redlease.sync.family import CountDownLatch  # noqa: PLC0415
+
+        return CountDownLatch(self, name)
+
+    def multi_lock(self, names: Iterable[str], **options: Any) -> MultiLock:
+        """Several locks taken all or none; options as for :meth:`lock`."""
+        from redlease.sync.family import MultiLock  # noqa: PLC0415
+
+        return MultiLock(self, names, **options)
+
     def locked(
         self,
         template: str,
@@ -130,6 +166,18 @@ class Locks(LocksBase):
             else:
                 self.pubsub_commands = PubSubCommands(sharded=True)
         return self.pubsub_commands
+
+    def commands_for(self, keys: LockKeys) -> str:
+        """The publish command, or :class:`ServerUnavailable` naming the lock."""
+        try:
+            return (self.commands()).publish
+        except NETWORK_ERRORS as exc:
+            raise unavailable(keys, "use", exc) from exc
+
+    @property
+    def atomic_multi(self) -> bool:
+        """Whether one script may take several locks at once (not across cluster slots)."""
+        return True
 
     def obtain(self, request: AcquireRequest) -> Grant | None:
         """Run an acquisition; an interrupted one gives back whatever it may have got."""
@@ -274,10 +322,7 @@ class Lock(LockBase["Locks"]):
             raise unavailable(self.keys, "inspect", exc) from exc
 
     def commands(self) -> str:
-        try:
-            return (self.locks.commands()).publish
-        except NETWORK_ERRORS as exc:
-            raise unavailable(self.keys, "use", exc) from exc
+        return self.locks.commands_for(self.keys)
 
     def __enter__(self) -> Lease:
         return self.acquire()

@@ -1,0 +1,230 @@
+"""The lock family of the asyncio flavour: read-write lock, semaphore, latch, multi-lock."""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from redlease.aio._flavor import current_owner, fire
+from redlease.aio.lock import AsyncLock
+from redlease.core.base import Owner
+from redlease.core.claims import SharedClaim
+from redlease.core.family import (
+    MultiLease,
+    MultiLockBase,
+    ReadLockBase,
+    SemaphoreBase,
+    WriteLockBase,
+)
+from redlease.core.lease import Lease, ReleaseOutcome
+from redlease.core.ops import RunScript
+from redlease.core.protocol import (
+    call_flow,
+    latch_wait_flow,
+    multi_acquire_flow,
+    release_flow,
+)
+from redlease.errors import InvalidArgument, LeaseLost, LockTimeout
+from redlease.keys import ttl_to_ms
+from redlease.scripts import ScriptName
+
+if TYPE_CHECKING:
+    from redlease.aio.lock import AsyncLocks
+
+
+class AsyncReadLock(ReadLockBase["AsyncLocks"], AsyncLock):
+    """Readers share the lock; each reader's hold is a lease of its own."""
+
+    async def locked(self) -> bool:
+        """Whether any reader holds the lock now."""
+        return await self.readers() > 0
+
+    async def readers(self) -> int:
+        """How many readers hold the lock now (expired ones do not count)."""
+        claim = SharedClaim(self.keys, "-", self.ttl_ms, "publish", "r")
+        return int(await self.locks.drive(call_flow(claim.count_op(), self.keys, "inspect")))
+
+    async def owned(self) -> bool:
+        lease = self.lease
+        if lease is None:
+            return False
+        return await self.locks.client.zscore(self.keys.holders, lease.token) is not None
+
+
+class AsyncWriteLock(WriteLockBase["AsyncLocks"], AsyncLock):
+    """One writer at a time, and no reader meanwhile."""
+
+    async def locked(self) -> bool:
+        return bool(await self.locks.client.exists(self.keys.writer))
+
+    async def owned(self) -> bool:
+        return self._is_ours(await self.locks.client.get(self.keys.writer))
+
+    async def downgrade(self) -> Lease:
+        """Turn the held write lease into a read lease, letting waiting readers in.
+
+        The returned lease keeps the token and fence; release it through ``rw.read``.
+        """
+        lease, reader = self._begin_downgrade()
+        code = await self.locks.drive(call_flow(reader.downgrade_op(), self.keys, "downgrade"))
+        read, callbacks = self._finish_downgrade(lease, reader, int(code))
+        if read is None:
+            fire(lease, callbacks)
+            raise LeaseLost(self.name, lease.lost_reason or "lost")
+        return read
+
+
+class AsyncReadWriteLock:
+    """Many readers or one writer, writer-preferring: ``rw.read`` and ``rw.write``."""
+
+    def __init__(self, locks: AsyncLocks, name: str, **options: Any) -> None:
+        self.read = AsyncReadLock(locks, name, **options)
+        self.write = AsyncWriteLock(locks, name, **options)
+        self.name = self.read.name
+
+
+class AsyncSemaphore(SemaphoreBase["AsyncLocks"]):
+    """``permits`` leased places: a crashed holder's permit returns when its lease ends."""
+
+    def current_owner_ident(self) -> Owner:
+        return current_owner()
+
+    async def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> Lease:
+        """Take a permit (its lease's token is the permit id) or raise :class:`LockTimeout`."""
+        owner = self._owner()
+        publish = await self.locks.commands_for(self.keys)
+        request = self._request(self._claim(owner, publish), blocking, timeout)
+        grant = await self.locks.obtain(request)
+        lease = self._adopt(owner, None if grant is None else self._lease(owner, grant))
+        if lease is None:
+            raise self._timeout_error(request)
+        return lease
+
+    async def try_acquire(self) -> Lease | None:
+        try:
+            return await self.acquire(blocking=False)
+        except LockTimeout:
+            return None
+
+    async def release(self, lease: Lease) -> ReleaseOutcome:
+        """Give a permit back (handing it to the first waiter that fits)."""
+        self._begin_release(lease)
+        return await self.locks.give_back(self, lease)
+
+    async def available(self) -> int:
+        """Permits free right now (expired holders' permits count as free)."""
+        claim = SharedClaim(self.keys, "-", self.ttl_ms, "publish", "r", self.permits)
+        return int(await self.locks.drive(call_flow(claim.available_op(), self.keys, "inspect")))
+
+    async def __aenter__(self) -> Lease:
+        return self._push(await self.acquire())
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        lease = self._pop()
+        outcome = await self.release(lease)
+        self._lost_at_exit(lease, outcome, body_failed=exc_type is not None)
+
+
+class AsyncCountDownLatch:
+    """Wait until ``count`` events happened (``count_down`` calls), from any process."""
+
+    def __init__(self, locks: AsyncLocks, name: str) -> None:
+        self.locks = locks
+        self.keys = locks.keys(name)
+        self.name = self.keys.name
+
+    async def try_set_count(self, count: int, ttl: float | None = None) -> bool:
+        """Start the latch at ``count``; False if it is already counting."""
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise InvalidArgument(f"count must be a non-negative int, got {count!r}")
+        ttl_ms = 0 if ttl is None else ttl_to_ms(ttl)
+        return bool(await self._call("set", count, ttl_ms))
+
+    async def count_down(self) -> int:
+        """One event happened; returns the count left (waiters wake when it reaches 0)."""
+        return int(await self._call("down"))
+
+    async def count(self) -> int:
+        return int(await self._call("get"))
+
+    async def wait(self, timeout: float | None = None) -> bool:
+        """True once the count is zero (or no count is set); False after ``timeout``."""
+        flow = latch_wait_flow(
+            await self._op("get"), self.keys.broadcast, timeout, self.locks.clock
+        )
+        return bool(await self.locks.drive(flow))
+
+    async def _op(self, operation: str, count: int = 0, ttl_ms: int = 0) -> RunScript:
+        publish = await self.locks.commands_for(self.keys)
+        return RunScript(
+            ScriptName.COUNTDOWN,
+            (self.keys.count,),
+            (operation, count, publish, self.keys.broadcast, ttl_ms),
+        )
+
+    async def _call(self, operation: str, count: int = 0, ttl_ms: int = 0) -> Any:
+        op = await self._op(operation, count, ttl_ms)
+        return await self.locks.drive(call_flow(op, self.keys, operation))
+
+
+class AsyncMultiLock(MultiLockBase["AsyncLocks"]):
+    """Several locks taken all or none.
+
+    On one server (or when all names share a cluster slot) the taking is one atomic step.
+    Across cluster slots it is not atomic: the locks are taken one by one in name order
+    and given back on failure, which never deadlocks but lets others see a partial hold
+    for a moment.
+    """
+
+    def current_owner_ident(self) -> Owner:
+        return current_owner()
+
+    async def acquire(
+        self, blocking: bool | None = None, timeout: float | None = None
+    ) -> MultiLease:
+        owner = self._owner()
+        publish = await self.locks.commands_for(self.keys)
+        claims = self._claims(owner, publish)
+        request = self._request(claims[0], blocking, timeout)
+        flow = multi_acquire_flow(claims, self.locks.atomic_multi, request, self.locks.clock)
+        try:
+            result = await self.locks.drive(flow)
+        except BaseException:
+            for claim in claims:
+                await self.locks.drive(release_flow(claim, withdraw=True))
+            raise
+        held = self._adopt_all(owner, claims, result)
+        if held is None:
+            raise self._timeout_error(request)
+        return held
+
+    async def release(self) -> ReleaseOutcome:
+        """Release every part; ``EXPIRED`` if any part had already ended."""
+        held = self._begin_release()
+        outcomes = [await self.locks.give_back(self, lease) for lease in held.leases]
+        if ReleaseOutcome.EXPIRED in outcomes:
+            return ReleaseOutcome.EXPIRED
+        return ReleaseOutcome.RELEASED
+
+    async def __aenter__(self) -> MultiLease:
+        return await self.acquire()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        held = self._held.get(self._owner())
+        outcome = await self.release()
+        if (
+            held is not None
+            and exc_type is None
+            and (outcome is ReleaseOutcome.EXPIRED or held.lost)
+        ):
+            raise LeaseLost(self.name, held.lost_reason or "a part ended during the block")

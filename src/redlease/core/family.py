@@ -1,0 +1,209 @@
+"""The rules of the lock family beyond the plain lock: read-write, semaphore, latch, multi.
+
+Like :mod:`redlease.core.base`, nothing here does I/O; :mod:`redlease.aio.family` and its
+generated sync twin only drive the flows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from redlease.core.base import LeasedBase, LockBase, LocksBase, Owner
+from redlease.core.claims import Claim, ExclusiveClaim, SharedClaim
+from redlease.core.lease import Lease, LostCallback
+from redlease.errors import InvalidArgument, LockError, NotOwned
+from redlease.keys import LockKeys
+
+LocksT = TypeVar("LocksT", bound=LocksBase)
+READ, WRITE = "#read", "#write"
+
+
+class ReadLockBase(LockBase[LocksT]):
+    """The shared side of a read-write lock: many readers, each with a lease of its own."""
+
+    role_suffix = READ
+
+    def _claim(self, token: str, publish: str) -> Claim:
+        if self.locks.held(self.keys.lease + WRITE, self._owner()) is not None:
+            raise LockError(
+                f"{self._owner().describe()} holds the write lock of {self.name!r}; "
+                "call downgrade() on the write lock to become a reader instead"
+            )
+        return SharedClaim(self.keys, token, self.ttl_ms, publish, "r")
+
+
+class WriteLockBase(LockBase[LocksT]):
+    """The exclusive side of a read-write lock: writers wait for readers to leave, and
+    readers that arrive while a writer waits queue behind it (writers cannot starve)."""
+
+    role_suffix = WRITE
+
+    def _claim(self, token: str, publish: str) -> Claim:
+        if self.locks.held(self.keys.lease + READ, self._owner()) is not None:
+            raise LockError(
+                f"{self._owner().describe()} holds a read lock of {self.name!r}; a reader "
+                "cannot upgrade (two upgrading readers would wait on each other forever)"
+            )
+        return SharedClaim(self.keys, token, self.ttl_ms, publish, "w")
+
+    def _begin_downgrade(self) -> tuple[Lease, SharedClaim]:
+        lease = self.lease
+        if lease is None:
+            raise NotOwned(f"write lock {self.name!r} is not held by {self._owner().describe()}")
+        if lease.count > 1:
+            raise LockError(
+                f"write lock {self.name!r} is held {lease.count} times; downgrade "
+                "releases the write hold, so release the inner holds first"
+            )
+        claim = lease.claim
+        assert isinstance(claim, SharedClaim)
+        return lease, SharedClaim(claim.keys, claim.token, claim.ttl_ms, claim.publish, "r")
+
+    def _finish_downgrade(
+        self, lease: Lease, reader: SharedClaim, code: int
+    ) -> tuple[Lease | None, list[LostCallback]]:
+        """The reader's lease once the server agreed; else the write lease's lost callbacks."""
+        self.locks.forget(lease, self.role)
+        if code != 1:
+            return None, lease.mark_lost("the write lease had ended before the downgrade")
+        read = Lease(
+            name=lease.name,
+            token=lease.token,
+            fence=lease.fence,
+            ttl_ms=lease.ttl_ms,
+            owner=lease.owner,
+            claim=reader,
+            acquired_at=lease.acquired_at,
+            expires_at=lease.expires_at,
+            renewing=lease.renewing,
+        )
+        self.locks.adopt(read, self.keys.lease + READ)
+        return read, []
+
+
+class SemaphoreBase(LeasedBase[LocksT]):
+    """``permits`` places, each granted with a lease of its own.
+
+    Every client of one semaphore must use the same ``permits``. Not reentrant: each
+    acquire takes another permit, released by passing its lease back.
+    """
+
+    def __init__(self, locks: LocksT, name: str, permits: int, **options: object) -> None:
+        super().__init__(locks, name, **options)  # type: ignore[arg-type]
+        if isinstance(permits, bool) or not isinstance(permits, int) or permits < 1:
+            raise InvalidArgument(f"permits must be a positive int, got {permits!r}")
+        self.permits = permits
+        self._entered: dict[Hashable, list[Lease]] = {}
+
+    def _claim(self, owner: Owner, publish: str) -> SharedClaim:
+        return SharedClaim(
+            self.keys, self.locks.new_token(owner), self.ttl_ms, publish, "r", self.permits
+        )
+
+    def _adopt(self, owner: Owner, grant_lease: Lease | None) -> Lease | None:
+        if grant_lease is not None:
+            self.locks.adopt(grant_lease, None)
+        return grant_lease
+
+    def _begin_release(self, lease: Lease) -> None:
+        if not isinstance(lease, Lease) or lease.claim.keys != self.keys:
+            raise NotOwned(f"{lease!r} is not a permit of semaphore {self.name!r}")
+        self.locks.forget(lease, None)
+
+    def _push(self, lease: Lease) -> Lease:
+        self._entered.setdefault(self._owner(), []).append(lease)
+        return lease
+
+    def _pop(self) -> Lease:
+        stack = self._entered.get(self._owner())
+        if not stack:
+            raise NotOwned(f"no permit of {self.name!r} was taken by this with block")
+        lease = stack.pop()
+        if not stack:
+            del self._entered[self._owner()]
+        return lease
+
+
+@dataclass(eq=False)
+class MultiLease:
+    """The leases of a multi-lock, one per name, in name order."""
+
+    leases: list[Lease]
+    _callbacks: list[LostCallback] = field(default_factory=list, repr=False)
+
+    @property
+    def fences(self) -> dict[str, int]:
+        return {lease.name: lease.fence for lease in self.leases}
+
+    @property
+    def lost(self) -> bool:
+        return any(lease.lost for lease in self.leases)
+
+    @property
+    def lost_reason(self) -> str | None:
+        return next((lease.lost_reason for lease in self.leases if lease.lost), None)
+
+    def on_lost(self, callback: LostCallback) -> None:
+        """Call ``callback(lease)`` with the first part lease found lost."""
+        for lease in self.leases:
+            lease.on_lost(callback)
+
+
+class MultiLockBase(LeasedBase[LocksT]):
+    """Several exclusive locks taken all or none (see :func:`multi_acquire_flow`)."""
+
+    def __init__(self, locks: LocksT, names: Iterable[str], **options: object) -> None:
+        names = sorted(set(_names(names)))
+        if not names:
+            raise InvalidArgument("a multi-lock needs at least one lock name")
+        super().__init__(locks, names[0], **options)  # type: ignore[arg-type]
+        self.all_keys: list[LockKeys] = [locks.keys(name) for name in names]
+        self.name = "+".join(names)
+        self._held: dict[Hashable, MultiLease] = {}
+
+    def _claims(self, owner: Owner, publish: str) -> list[Claim]:
+        if owner in self._held:
+            raise LockError(f"multi-lock {self.name!r} is already held by {owner.describe()}")
+        token = self.locks.new_token(owner)
+        return [ExclusiveClaim(keys, token, self.ttl_ms, publish) for keys in self.all_keys]
+
+    def _adopt_all(
+        self, owner: Owner, claims: list[Claim], result: tuple[list[int], float] | None
+    ) -> MultiLease | None:
+        if result is None:
+            return None
+        fences, sent_at = result
+        leases = []
+        for keys, claim, fence in zip(self.all_keys, claims, fences, strict=True):
+            lease = Lease(
+                name=keys.name,
+                token=claim.token,
+                fence=fence,
+                ttl_ms=self.ttl_ms,
+                owner=owner,
+                claim=claim,
+                acquired_at=sent_at,
+                expires_at=sent_at + self.ttl_ms / 1000,
+                renewing=self.renew,
+            )
+            self.locks.adopt(lease, None)
+            leases.append(lease)
+        held = self._held[owner] = MultiLease(leases)
+        return held
+
+    def _begin_release(self) -> MultiLease:
+        owner = self._owner()
+        held = self._held.pop(owner, None)
+        if held is None:
+            raise NotOwned(f"multi-lock {self.name!r} is not held by {owner.describe()}")
+        for lease in held.leases:
+            self.locks.forget(lease, None)
+        return held
+
+
+def _names(names: Iterable[str]) -> list[str]:
+    if isinstance(names, str):
+        raise InvalidArgument("a multi-lock takes a list of names, not one str")
+    return list(names)

@@ -1,0 +1,227 @@
+# Generated from redlease/aio/family.py by tools/unasync.py; edit that file instead.
+"""The lock family of the sync flavour: read-write lock, semaphore, latch, multi-lock."""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from redlease.core.base import Owner
+from redlease.core.claims import SharedClaim
+from redlease.core.family import (
+    MultiLease,
+    MultiLockBase,
+    ReadLockBase,
+    SemaphoreBase,
+    WriteLockBase,
+)
+from redlease.core.lease import Lease, ReleaseOutcome
+from redlease.core.ops import RunScript
+from redlease.core.protocol import (
+    call_flow,
+    latch_wait_flow,
+    multi_acquire_flow,
+    release_flow,
+)
+from redlease.errors import InvalidArgument, LeaseLost, LockTimeout
+from redlease.keys import ttl_to_ms
+from redlease.scripts import ScriptName
+from redlease.sync._flavor import current_owner, fire
+from redlease.sync.lock import Lock
+
+if TYPE_CHECKING:
+    from redlease.sync.lock import Locks
+
+
+class ReadLock(ReadLockBase["Locks"], Lock):
+    """Readers share the lock; each reader's hold is a lease of its own."""
+
+    def locked(self) -> bool:
+        """Whether any reader holds the lock now."""
+        return self.readers() > 0
+
+    def readers(self) -> int:
+        """How many readers hold the lock now (expired ones do not count)."""
+        claim = SharedClaim(self.keys, "-", self.ttl_ms, "publish", "r")
+        return int(self.locks.drive(call_flow(claim.count_op(), self.keys, "inspect")))
+
+    def owned(self) -> bool:
+        lease = self.lease
+        if lease is None:
+            return False
+        return self.locks.client.zscore(self.keys.holders, lease.token) is not None
+
+
+class WriteLock(WriteLockBase["Locks"], Lock):
+    """One writer at a time, and no reader meanwhile."""
+
+    def locked(self) -> bool:
+        return bool(self.locks.client.exists(self.keys.writer))
+
+    def owned(self) -> bool:
+        return self._is_ours(self.locks.client.get(self.keys.writer))
+
+    def downgrade(self) -> Lease:
+        """Turn the held write lease into a read lease, letting waiting readers in.
+
+        The returned lease keeps the token and fence; release it through ``rw.read``.
+        """
+        lease, reader = self._begin_downgrade()
+        code = self.locks.drive(call_flow(reader.downgrade_op(), self.keys, "downgrade"))
+        read, callbacks = self._finish_downgrade(lease, reader, int(code))
+        if read is None:
+            fire(lease, callbacks)
+            raise LeaseLost(self.name, lease.lost_reason or "lost")
+        return read
+
+
+class ReadWriteLock:
+    """Many readers or one writer, writer-preferring: ``rw.read`` and ``rw.write``."""
+
+    def __init__(self, locks: Locks, name: str, **options: Any) -> None:
+        self.read = ReadLock(locks, name, **options)
+        self.write = WriteLock(locks, name, **options)
+        self.name = self.read.name
+
+
+class Semaphore(SemaphoreBase["Locks"]):
+    """``permits`` leased places: a crashed holder's permit returns when its lease ends."""
+
+    def current_owner_ident(self) -> Owner:
+        return current_owner()
+
+    def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> Lease:
+        """Take a permit (its lease's token is the permit id) or raise :class:`LockTimeout`."""
+        owner = self._owner()
+        publish = self.locks.commands_for(self.keys)
+        request = self._request(self._claim(owner, publish), blocking, timeout)
+        grant = self.locks.obtain(request)
+        lease = self._adopt(owner, None if grant is None else self._lease(owner, grant))
+        if lease is None:
+            raise self._timeout_error(request)
+        return lease
+
+    def try_acquire(self) -> Lease | None:
+        try:
+            return self.acquire(blocking=False)
+        except LockTimeout:
+            return None
+
+    def release(self, lease: Lease) -> ReleaseOutcome:
+        """Give a permit back (handing it to the first waiter that fits)."""
+        self._begin_release(lease)
+        return self.locks.give_back(self, lease)
+
+    def available(self) -> int:
+        """Permits free right now (expired holders' permits count as free)."""
+        claim = SharedClaim(self.keys, "-", self.ttl_ms, "publish", "r", self.permits)
+        return int(self.locks.drive(call_flow(claim.available_op(), self.keys, "inspect")))
+
+    def __enter__(self) -> Lease:
+        return self._push(self.acquire())
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        lease = self._pop()
+        outcome = self.release(lease)
+        self._lost_at_exit(lease, outcome, body_failed=exc_type is not None)
+
+
+class CountDownLatch:
+    """Wait until ``count`` events happened (``count_down`` calls), from any process."""
+
+    def __init__(self, locks: Locks, name: str) -> None:
+        self.locks = locks
+        self.keys = locks.keys(name)
+        self.name = self.keys.name
+
+    def try_set_count(self, count: int, ttl: float | None = None) -> bool:
+        """Start the latch at ``count``; False if it is already counting."""
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise InvalidArgument(f"count must be a non-negative int, got {count!r}")
+        ttl_ms = 0 if ttl is None else ttl_to_ms(ttl)
+        return bool(self._call("set", count, ttl_ms))
+
+    def count_down(self) -> int:
+        """One event happened; returns the count left (waiters wake when it reaches 0)."""
+        return int(self._call("down"))
+
+    def count(self) -> int:
+        return int(self._call("get"))
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """True once the count is zero (or no count is set); False after ``timeout``."""
+        flow = latch_wait_flow(self._op("get"), self.keys.broadcast, timeout, self.locks.clock)
+        return bool(self.locks.drive(flow))
+
+    def _op(self, operation: str, count: int = 0, ttl_ms: int = 0) -> RunScript:
+        publish = self.locks.commands_for(self.keys)
+        return RunScript(
+            ScriptName.COUNTDOWN,
+            (self.keys.count,),
+            (operation, count, publish, self.keys.broadcast, ttl_ms),
+        )
+
+    def _call(self, operation: str, count: int = 0, ttl_ms: int = 0) -> Any:
+        op = self._op(operation, count, ttl_ms)
+        return self.locks.drive(call_flow(op, self.keys, operation))
+
+
+class MultiLock(MultiLockBase["Locks"]):
+    """Several locks taken all or none.
+
+    On one server (or when all names share a cluster slot) the taking is one atomic step.
+    Across cluster slots it is not atomic: the locks are taken one by one in name order
+    and given back on failure, which never deadlocks but lets others see a partial hold
+    for a moment.
+    """
+
+    def current_owner_ident(self) -> Owner:
+        return current_owner()
+
+    def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> MultiLease:
+        owner = self._owner()
+        publish = self.locks.commands_for(self.keys)
+        claims = self._claims(owner, publish)
+        request = self._request(claims[0], blocking, timeout)
+        flow = multi_acquire_flow(claims, self.locks.atomic_multi, request, self.locks.clock)
+        try:
+            result = self.locks.drive(flow)
+        except BaseException:
+            for claim in claims:
+                self.locks.drive(release_flow(claim, withdraw=True))
+            raise
+        held = self._adopt_all(owner, claims, result)
+        if held is None:
+            raise self._timeout_error(request)
+        return held
+
+    def release(self) -> ReleaseOutcome:
+        """Release every part; ``EXPIRED`` if any part had already ended."""
+        held = self._begin_release()
+        outcomes = [self.locks.give_back(self, lease) for lease in held.leases]
+        if ReleaseOutcome.EXPIRED in outcomes:
+            return ReleaseOutcome.EXPIRED
+        return ReleaseOutcome.RELEASED
+
+    def __enter__(self) -> MultiLease:
+        return self.acquire()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        held = self._held.get(self._owner())
+        outcome = self.release()
+        if (
+            held is not None
+            and exc_type is None
+            and (outcome is ReleaseOutcome.EXPIRED or held.lost)
+        ):
+            raise LeaseLost(self.name, held.lost_reason or "a part ended during the block")
