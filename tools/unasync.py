@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "src" / "redlease"
-GENERATED = ("family.py", "lock.py", "renewer.py", "scripts.py")
+GENERATED = ("family.py", "lock.py", "notify.py", "renewer.py", "scripts.py")
 HEADER = "# Generated from redlease/aio/{name} by tools/unasync.py; edit that file instead.\n"
 
 REPLACEMENTS: list[tuple[str, str]] = [
@@ -24,6 +24,7 @@ REPLACEMENTS: list[tuple[str, str]] = [
     (r"\basync with\b", "with"),
     (r"\basync for\b", "for"),
     (r"\bawait ", ""),
+    (r"\bAwaitable\[([\w\[\], |]+?)\]", r"\1"),
     (r"\b__aenter__\b", "__enter__"),
     (r"\b__aexit__\b", "__exit__"),
     (r"\baclose\b", "close"),
@@ -53,7 +54,7 @@ def render(name: str) -> str:
     text = HEADER.format(name=name) + unasync(source)
     target = str(ROOT / "sync" / name)
     ruff = [sys.executable, "-m", "ruff"]
-    sort = [*ruff, "check", "--select", "I", "--fix-only", "--stdin-filename", target, "-"]
+    sort = [*ruff, "check", "--select", "I,F401", "--fix-only", "--stdin-filename", target, "-"]
     text = subprocess.run(sort, input=text, capture_output=True, text=True, check=True).stdout
     fmt = [*ruff, "format", "--stdin-filename", target, "-"]
     return subprocess.run(fmt, input=text, capture_output=True, text=True, check=True).stdout

@@ -47,6 +47,37 @@ class Wakeup:
         return True
 
 
+class Flag:
+    """A flag set once (a subscription confirmed) that a subscriber waits on with a timeout."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    async def wait(self, timeout: float) -> bool:
+        try:
+            await asyncio.wait_for(self._event.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+
+Guard = asyncio.Lock
+sleep = asyncio.sleep
+
+
+def prepare_pubsub(connection: Any) -> None:
+    """The reader awaits pushes for as long as it takes: no socket timeout, RESP2 frames."""
+    connection.socket_timeout = None
+    connection.protocol = 2
+
+
+async def read_push(connection: Any) -> object:
+    return await connection.read_response()
+
+
 class Worker:
     """A background task running one loop; stopping cancels it and waits for the end."""
 

@@ -94,11 +94,7 @@ class AsyncSemaphore(SemaphoreBase["AsyncLocks"]):
         owner = self._owner()
         publish = await self.locks.commands_for(self.keys)
         request = self._request(self._claim(owner, publish), blocking, timeout)
-        grant = await self.locks.obtain(request)
-        lease = self._adopt(owner, None if grant is None else self._lease(owner, grant))
-        if lease is None:
-            raise self._timeout_error(request)
-        return lease
+        return self._settle(owner, await self.locks.obtain(request), request, None)
 
     async def try_acquire(self) -> Lease | None:
         try:
@@ -200,7 +196,7 @@ class AsyncMultiLock(MultiLockBase["AsyncLocks"]):
             raise
         held = self._adopt_all(owner, claims, result)
         if held is None:
-            raise self._timeout_error(request)
+            raise LockTimeout(self.name, request.timeout if request.blocking else 0)
         return held
 
     async def release(self) -> ReleaseOutcome:

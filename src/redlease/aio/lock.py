@@ -272,11 +272,7 @@ class AsyncLock(LockBase["AsyncLocks"]):
         if held is not None:
             return held
         assert request is not None
-        grant = await self.locks.obtain(request)
-        lease = self._adopt(owner, grant)
-        if lease is None:
-            raise self._timeout_error(request)
-        return lease
+        return self._settle(owner, await self.locks.obtain(request), request, self.role)
 
     async def try_acquire(self) -> Lease | None:
         """One attempt: the lease, or ``None`` when another owner holds the lock."""

@@ -1,14 +1,13 @@
-"""One pub/sub connection per asyncio client, shared by every waiting acquirer.
+"""One pub/sub connection per client, shared by every waiter of that client.
 
-A reader task owns the connection's input; subscribers send (under a lock) and wait
-for the server's confirmation, so a wake-up published after ``subscribe`` returns
+A reader worker owns the connection's input; subscribers send (under a guard) and wait
+for the server's confirmation, so a hand-off published after ``subscribe`` returns
 cannot be missed. If the connection drops, the reader reconnects, resubscribes and
 wakes every waiter so each tries again (a message may have been lost meanwhile).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -16,7 +15,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from redlease.aio._flavor import Wakeup, Worker
+from redlease.aio._flavor import Flag, Guard, Wakeup, Worker, prepare_pubsub, read_push, sleep
 from redlease.core.protocol import NETWORK_ERRORS, Clock, Handoff
 from redlease.core.subscriptions import ChannelBook, PubSubCommands, classify, handoff_of
 from redlease.errors import ServerUnavailable
@@ -54,21 +53,22 @@ class AsyncNotifier:
         self._clock = clock
         self._commands = commands
         self._book: ChannelBook[AsyncWaiter] = ChannelBook()
-        self._confirmed: dict[str, asyncio.Event] = {}
+        self._confirmed: dict[str, Flag] = {}
         self._connection: Any = None  # redis-py's connection classes are untyped
         self._reader: Worker | None = None
-        self._guard = asyncio.Lock()
+        self._closing = False
+        self._guard = Guard()
 
     def channels(self) -> list[str]:
         return self._book.channels()
 
     async def subscribe(self, channel: str) -> AsyncWaiter:
         waiter = AsyncWaiter(self, channel)
+        commands = await self._commands()
         async with self._guard:
-            commands = await self._commands()
             connection = await self._connected()
             if self._book.add(channel, waiter):
-                self._confirmed[channel] = asyncio.Event()
+                self._confirmed[channel] = Flag()
                 try:
                     await connection.send_command(commands.subscribe, channel)
                 except NETWORK_ERRORS:
@@ -76,21 +76,21 @@ class AsyncNotifier:
                     raise
             confirmed = self._confirmed[channel]
         try:
-            await asyncio.wait_for(confirmed.wait(), CONFIRM_TIMEOUT_S)
-        except asyncio.TimeoutError:
-            await self.leave(waiter)
-            raise ServerUnavailable(f"subscription to {channel!r} was not confirmed") from None
+            ok = await confirmed.wait(CONFIRM_TIMEOUT_S)
         except BaseException:
             await self.leave(waiter)
             raise
+        if not ok:
+            await self.leave(waiter)
+            raise ServerUnavailable(f"subscription to {channel!r} was not confirmed")
         return waiter
 
     async def leave(self, waiter: AsyncWaiter) -> None:
+        commands = await self._commands()
         async with self._guard:
             if not self._book.remove(waiter.channel, waiter):
                 return
             self._confirmed.pop(waiter.channel, None)
-            commands = await self._commands()
             if self._connection is not None:
                 try:
                     await self._connection.send_command(commands.unsubscribe, waiter.channel)
@@ -98,19 +98,21 @@ class AsyncNotifier:
                     logger.debug("unsubscribe from %r failed; reconnecting", waiter.channel)
 
     async def aclose(self) -> None:
+        self._closing = True
         if self._reader is not None:
             await self._reader.stop()
             self._reader = None
-        if self._connection is not None:
-            await self._connection.disconnect()
-            self._connection = None
+        async with self._guard:
+            if self._connection is not None:
+                await self._connection.disconnect()
+                self._connection = None
+        self._closing = False
 
     async def _connected(self) -> Any:
         if self._connection is None:
             pool: Any = self._client.connection_pool
             connection = pool.make_connection()
-            connection.socket_timeout = None
-            connection.protocol = 2
+            prepare_pubsub(connection)
             await connection.connect()
             self._connection = connection
         if self._reader is None or not self._reader.alive():
@@ -118,37 +120,42 @@ class AsyncNotifier:
         return self._connection
 
     async def _read(self) -> None:
-        while True:
+        while not self._closing:
             connection = self._connection
-            assert connection is not None
+            if connection is None:
+                return
             try:
-                reply = await connection.read_response()
+                reply = await read_push(connection)
             except NETWORK_ERRORS:
-                await self._reconnect()
+                if self._closing or not await self._reconnect():
+                    return
                 continue
-            self._dispatch(reply)
+            if reply is not None:
+                await self._dispatch(reply)
 
-    def _dispatch(self, reply: object) -> None:
+    async def _dispatch(self, reply: object) -> None:
         push = classify(reply)
         if push is None:
             return
-        if push.kind == "message":
-            for waiter in self._book.waiters(push.channel):
-                waiter.handoff = handoff_of(push, self._clock())
-                waiter.wakeup.set()
-        elif (event := self._confirmed.get(push.channel)) is not None:
-            event.set()
+        async with self._guard:
+            if push.kind == "message":
+                for waiter in self._book.waiters(push.channel):
+                    waiter.handoff = handoff_of(push, self._clock())
+                    waiter.wakeup.set()
+            elif (flag := self._confirmed.get(push.channel)) is not None:
+                flag.set()
 
-    async def _reconnect(self) -> None:
+    async def _reconnect(self) -> bool:
         """Reconnect with bounded backoff, resubscribe, and wake everyone to try again."""
+        commands = await self._commands()
         for delay in RECONNECT_DELAYS:
             async with self._guard:
                 connection = self._connection
-                assert connection is not None
+                if connection is None or self._closing:
+                    return False
                 try:
                     await connection.disconnect()
                     await connection.connect()
-                    commands = await self._commands()
                     for channel in self._book.channels():
                         await connection.send_command(commands.subscribe, channel)
                 except NETWORK_ERRORS:
@@ -156,10 +163,10 @@ class AsyncNotifier:
                 else:
                     for waiter in self._book.everyone():
                         waiter.wakeup.set()
-                    return
-            await asyncio.sleep(delay)
+                    return True
+            await sleep(delay)
         async with self._guard:
             self._connection = None
             for waiter in self._book.everyone():
                 waiter.wakeup.set()
-        raise ServerUnavailable("the wake-up connection could not be re-established")
+        return False

@@ -186,8 +186,15 @@ class LeasedBase(Generic[LocksT]):
             renewing=self.renew,
         )
 
-    def _timeout_error(self, request: AcquireRequest) -> LockTimeout:
-        return LockTimeout(self.name, request.timeout if request.blocking else 0)
+    def _settle(
+        self, owner: Owner, grant: Grant | None, request: AcquireRequest, role: str | None
+    ) -> Lease:
+        """The recorded lease of a grant, or the timeout error when nothing was granted."""
+        if grant is None:
+            raise LockTimeout(self.name, request.timeout if request.blocking else 0)
+        lease = self._lease(owner, grant)
+        self.locks.adopt(lease, role)
+        return lease
 
     def _finish_release(self, lease: Lease, code: int) -> tuple[ReleaseOutcome, list[LostCallback]]:
         self.locks.note_release(lease.claim.keys.lease, code)
@@ -248,13 +255,6 @@ class LockBase(LeasedBase[LocksT]):
             return owner, held, None
         claim = self._claim(self.locks.new_token(owner), publish)
         return owner, None, self._request(claim, blocking, timeout)
-
-    def _adopt(self, owner: Owner, grant: Grant | None) -> Lease | None:
-        if grant is None:
-            return None
-        lease = self._lease(owner, grant)
-        self.locks.adopt(lease, self.role)
-        return lease
 
     def _begin_release(self) -> Lease | None:
         """The lease to release on the server, or ``None`` when an outer hold remains."""

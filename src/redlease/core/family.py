@@ -102,11 +102,6 @@ class SemaphoreBase(LeasedBase[LocksT]):
             self.keys, self.locks.new_token(owner), self.ttl_ms, publish, "r", self.permits
         )
 
-    def _adopt(self, owner: Owner, grant_lease: Lease | None) -> Lease | None:
-        if grant_lease is not None:
-            self.locks.adopt(grant_lease, None)
-        return grant_lease
-
     def _begin_release(self, lease: Lease) -> None:
         if not isinstance(lease, Lease) or lease.claim.keys != self.keys:
             raise NotOwned(f"{lease!r} is not a permit of semaphore {self.name!r}")

@@ -8,6 +8,7 @@ import inspect
 import logging
 import sys
 import threading
+import time
 from collections.abc import Callable, Hashable
 from typing import Any, Protocol, TypeVar
 
@@ -41,6 +42,37 @@ class Wakeup:
             return self._event.wait(timeout)
         finally:
             self._event.clear()
+
+
+class Flag:
+    """A flag set once (a subscription confirmed) that a subscriber waits on with a timeout."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    def wait(self, timeout: float) -> bool:
+        return self._event.wait(timeout)
+
+
+Guard = threading.RLock
+sleep = time.sleep
+READ_POLL_S = 0.25
+
+
+def prepare_pubsub(connection: Any) -> None:
+    """RESP2 frames; the socket timeout stays, since the reader polls it briefly."""
+    connection.protocol = 2
+
+
+def read_push(connection: Any) -> object:
+    """The next push, or ``None`` after a short look, so the reader notices ``close``.
+
+    Looking at the local socket costs no Redis command.
+    """
+    return connection.read_response() if connection.can_read(READ_POLL_S) else None
 
 
 class Worker:

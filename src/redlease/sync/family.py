@@ -95,11 +95,7 @@ class Semaphore(SemaphoreBase["Locks"]):
         owner = self._owner()
         publish = self.locks.commands_for(self.keys)
         request = self._request(self._claim(owner, publish), blocking, timeout)
-        grant = self.locks.obtain(request)
-        lease = self._adopt(owner, None if grant is None else self._lease(owner, grant))
-        if lease is None:
-            raise self._timeout_error(request)
-        return lease
+        return self._settle(owner, self.locks.obtain(request), request, None)
 
     def try_acquire(self) -> Lease | None:
         try:
@@ -197,7 +193,7 @@ class MultiLock(MultiLockBase["Locks"]):
             raise
         held = self._adopt_all(owner, claims, result)
         if held is None:
-            raise self._timeout_error(request)
+            raise LockTimeout(self.name, request.timeout if request.blocking else 0)
         return held
 
     def release(self) -> ReleaseOutcome:

@@ -1,16 +1,15 @@
-"""One pub/sub connection per sync client, shared by every waiting thread.
+# Generated from redlease/aio/notify.py by tools/unasync.py; edit that file instead.
+"""One pub/sub connection per client, shared by every waiter of that client.
 
-A reader thread owns the connection's input; subscribers send (under a lock) and wait
-for the server's confirmation, so a wake-up published after ``subscribe`` returns
-cannot be missed. The reader looks at the socket with a short timeout only to notice
-``close``; that costs no Redis command. If the connection drops, the reader reconnects,
-resubscribes and wakes every waiter so each tries again.
+A reader worker owns the connection's input; subscribers send (under a guard) and wait
+for the server's confirmation, so a hand-off published after ``subscribe`` returns
+cannot be missed. If the connection drops, the reader reconnects, resubscribes and
+wakes every waiter so each tries again (a message may have been lost meanwhile).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -20,11 +19,10 @@ from redis import Redis
 from redlease.core.protocol import NETWORK_ERRORS, Clock, Handoff
 from redlease.core.subscriptions import ChannelBook, PubSubCommands, classify, handoff_of
 from redlease.errors import ServerUnavailable
-from redlease.sync._flavor import Wakeup, Worker
+from redlease.sync._flavor import Flag, Guard, Wakeup, Worker, prepare_pubsub, read_push, sleep
 
 logger = logging.getLogger("redlease")
 CONFIRM_TIMEOUT_S = 10.0
-READ_POLL_S = 0.25
 RECONNECT_DELAYS = (0.05, 0.1, 0.2, 0.5) + (1.0,) * 60
 """About a minute of attempts before the notifier gives up (waiters still wake on TTL)."""
 
@@ -47,21 +45,23 @@ class Waiter:
 
 class Notifier:
     def __init__(
-        self, client: Redis, commands: Callable[[], PubSubCommands], clock: Clock = time.monotonic
+        self,
+        client: Redis,
+        commands: Callable[[], PubSubCommands],
+        clock: Clock = time.monotonic,
     ) -> None:
         self._client = client
         self._clock = clock
         self._commands = commands
         self._book: ChannelBook[Waiter] = ChannelBook()
-        self._confirmed: dict[str, threading.Event] = {}
+        self._confirmed: dict[str, Flag] = {}
         self._connection: Any = None  # redis-py's connection classes are untyped
         self._reader: Worker | None = None
         self._closing = False
-        self._guard = threading.RLock()
+        self._guard = Guard()
 
     def channels(self) -> list[str]:
-        with self._guard:
-            return self._book.channels()
+        return self._book.channels()
 
     def subscribe(self, channel: str) -> Waiter:
         waiter = Waiter(self, channel)
@@ -69,7 +69,7 @@ class Notifier:
         with self._guard:
             connection = self._connected()
             if self._book.add(channel, waiter):
-                self._confirmed[channel] = threading.Event()
+                self._confirmed[channel] = Flag()
                 try:
                     connection.send_command(commands.subscribe, channel)
                 except NETWORK_ERRORS:
@@ -113,7 +113,7 @@ class Notifier:
         if self._connection is None:
             pool: Any = self._client.connection_pool
             connection = pool.make_connection()
-            connection.protocol = 2
+            prepare_pubsub(connection)
             connection.connect()
             self._connection = connection
         if self._reader is None or not self._reader.alive():
@@ -126,14 +126,13 @@ class Notifier:
             if connection is None:
                 return
             try:
-                if not connection.can_read(READ_POLL_S):
-                    continue
-                reply = connection.read_response()
+                reply = read_push(connection)
             except NETWORK_ERRORS:
                 if self._closing or not self._reconnect():
                     return
                 continue
-            self._dispatch(reply)
+            if reply is not None:
+                self._dispatch(reply)
 
     def _dispatch(self, reply: object) -> None:
         push = classify(reply)
@@ -144,8 +143,8 @@ class Notifier:
                 for waiter in self._book.waiters(push.channel):
                     waiter.handoff = handoff_of(push, self._clock())
                     waiter.wakeup.set()
-            elif (event := self._confirmed.get(push.channel)) is not None:
-                event.set()
+            elif (flag := self._confirmed.get(push.channel)) is not None:
+                flag.set()
 
     def _reconnect(self) -> bool:
         """Reconnect with bounded backoff, resubscribe, and wake everyone to try again."""
@@ -166,7 +165,7 @@ class Notifier:
                     for waiter in self._book.everyone():
                         waiter.wakeup.set()
                     return True
-            time.sleep(delay)
+            sleep(delay)
         with self._guard:
             self._connection = None
             for waiter in self._book.everyone():
