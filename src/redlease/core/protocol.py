@@ -52,8 +52,31 @@ class Handoff:
     """A release handed the lock to this waiter; what its wake-up message carried."""
 
     fence: int
+    server_ms: int | None
+    """The server's clock when it granted the lease."""
     received_at: float
     """When the message reached this client: the lease's TTL started no later."""
+
+
+@dataclass
+class ServerAnchor:
+    """A local moment known to be no later than a reading of the server's clock.
+
+    A waiter takes one from each refused attempt (the request left at ``sent_at``; the
+    server read ``server_ms`` after that). A hand-off stamped with the server's clock then
+    dates the grant locally without trusting when the message was *read*: a waiter that
+    was paused while its lease ran would otherwise believe the lease had just begun.
+    """
+
+    sent_at: float = 0.0
+    server_ms: int | None = None
+
+    def grant_time(self, handoff: Handoff) -> float:
+        """The earliest local time the handed-over lease can have started."""
+        if handoff.server_ms is None or self.server_ms is None:
+            return handoff.received_at
+        elapsed = max(handoff.server_ms - self.server_ms, 0) / 1000
+        return min(self.sent_at + elapsed, handoff.received_at)
 
 
 @dataclass(frozen=True)
@@ -80,6 +103,7 @@ def acquire_flow(request: AcquireRequest, clock: Clock) -> Flow:
     """
     claim = request.claim
     deadline = math.inf if request.timeout is None else clock() + request.timeout
+    anchor = ServerAnchor()
     queue = NOT_QUEUED
     if request.contended and request.blocking:
         yield Subscribe(claim.channel)
@@ -98,6 +122,8 @@ def acquire_flow(request: AcquireRequest, clock: Clock) -> Flow:
         if status == -2:
             raise _fence_error(claim.keys, _text(value))
         wait_ms = int(value)
+        if len(reply) > 2:
+            anchor = ServerAnchor(sent_at, int(reply[2]))
         remaining = deadline - clock()
         if not request.blocking or remaining <= 0:
             if queue != NOT_QUEUED:
@@ -110,7 +136,7 @@ def acquire_flow(request: AcquireRequest, clock: Clock) -> Flow:
         queue = IN_QUEUE
         handoff = yield Wait(min(remaining, wait_ms / 1000 + EXPIRY_SLACK_S))
         if handoff is not None:
-            return Grant(claim, handoff.fence, handoff.received_at)
+            return Grant(claim, handoff.fence, anchor.grant_time(handoff))
 
 
 def release_flow(claim: Claim, *, withdraw: bool = False) -> Flow:

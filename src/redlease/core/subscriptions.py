@@ -58,9 +58,10 @@ def classify(reply: object) -> Push | None:
 
 
 def handoff_of(push: Push, received_at: float) -> Handoff | None:
-    """The hand-off a wake-up message carries (its payload is the new fencing token)."""
+    """The hand-off a wake-up message carries: ``<fence>[:<server ms>]``."""
+    fence, _, server_ms = push.payload.partition(":")
     try:
-        return Handoff(int(push.payload), received_at)
+        return Handoff(int(fence), int(server_ms) if server_ms else None, received_at)
     except ValueError:
         return None
 

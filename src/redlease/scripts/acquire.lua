@@ -9,10 +9,16 @@
 -- ARGV[6] '0' not queued, '1' join the waiter queue if the lock is held (the caller is
 --         already subscribed to its own channel, so a hand-off cannot be missed),
 --         '2' already queued (keep the queue alive)
--- Returns {1, fence} granted | {0, pttl} held by another
+-- A hand-off message carries '<fence>:<server ms>', and a refusal the server's time too,
+-- so a waiter can date its lease by the server's clock even if it was paused meanwhile.
+-- Returns {1, fence} granted | {0, pttl, server ms} held by another
 --         {-1, type} a foreign key: another type, or a value without expiry (ours never lack one)
 --         {-2, message} the fence counter cannot be incremented
 local member = ARGV[2] .. ':' .. ARGV[1]
+local function server_ms()
+  local t = redis.call('time')
+  return t[1] * 1000 + math.floor(t[2] / 1000)
+end
 if ARGV[3] == '1' and redis.call('exists', KEYS[1]) == 0 then
   for _ = 1, 64 do
     local head = redis.call('lindex', KEYS[3], 0)
@@ -23,7 +29,7 @@ if ARGV[3] == '1' and redis.call('exists', KEYS[1]) == 0 then
     local sep = string.find(head, ':', 1, true)
     local ttl, token = string.sub(head, 1, sep - 1), string.sub(head, sep + 1)
     local fence = redis.call('incr', KEYS[2])
-    if redis.call(ARGV[4], ARGV[5] .. token, fence) > 0 then
+    if redis.call(ARGV[4], ARGV[5] .. token, fence .. ':' .. server_ms()) > 0 then
       redis.call('set', KEYS[1], token, 'PX', ttl)
       break
     end
@@ -50,4 +56,4 @@ end
 if ARGV[6] ~= '0' then
   redis.call('pexpire', KEYS[3], pttl + 60000)
 end
-return {0, pttl}
+return {0, pttl, server_ms()}

@@ -8,6 +8,7 @@
 -- A waiter is live when its channel has a subscriber: a crashed process's connection is
 -- gone and a waiter that gave up has unsubscribed, so neither can stall the hand-off.
 -- A fence drawn for a waiter that turned out dead is skipped: tokens grow, with gaps.
+-- The hand-off message is '<fence>:<server ms>' (see acquire.lua).
 -- Returns 1 released | 2 handed to a waiter | -1 the lease had expired
 --         | -2 another owner holds the lock now
 if ARGV[5] ~= '' then
@@ -23,7 +24,9 @@ if owner == ARGV[1] then
     local sep = string.find(head, ':', 1, true)
     local ttl, token = string.sub(head, 1, sep - 1), string.sub(head, sep + 1)
     local fence = redis.call('incr', KEYS[4])
-    if redis.call(ARGV[3], ARGV[4] .. token, fence) > 0 then
+    local now = redis.call('time')
+    local payload = fence .. ':' .. (now[1] * 1000 + math.floor(now[2] / 1000))
+    if redis.call(ARGV[3], ARGV[4] .. token, payload) > 0 then
       redis.call('set', KEYS[1], token, 'PX', ttl)
       redis.call('set', KEYS[2], '2', 'PX', ARGV[2])
       return 2

@@ -14,7 +14,8 @@
 -- ARGV[9] release latch ttl in ms
 -- The queue is served strictly in order and a newcomer never passes a waiting one, so a
 -- writer waiting behind readers keeps new readers out: writers cannot starve.
--- acquire returns {1, fence} | {0, ms until a blocker may end}; release returns 1 released
+-- acquire returns {1, fence} | {0, ms until a blocker may end, server ms}; hand-off
+-- messages carry '<fence>:<server ms>' (see acquire.lua); release returns 1 released
 -- | 2 released and handed on | -1 the lease had already ended; downgrade returns 1 | -1;
 -- available returns the free shared places (capacity - holders), or -1 without capacity;
 -- count returns how many shared holders there are.
@@ -67,7 +68,7 @@ local function dispatch(me)
       grant(want, who, lease_ms)
       return fence
     end
-    if redis.call(ARGV[6], ARGV[7] .. who, fence) > 0 then
+    if redis.call(ARGV[6], ARGV[7] .. who, fence .. ':' .. now) > 0 then
       grant(want, who, lease_ms)
     end
   end
@@ -103,7 +104,7 @@ if op == 'acquire' then
   if ARGV[8] ~= '0' then
     redis.call('pexpire', queue, wait + 60000)
   end
-  return {0, wait}
+  return {0, wait, now}
 end
 
 if op == 'count' then
