@@ -20,6 +20,7 @@ from redlease.aio.family import (
     AsyncWriteLock,
 )
 from redlease.aio.lock import AsyncFairLock, AsyncLock, AsyncLocks
+from redlease.aio.redlock import AsyncRedlock, AsyncRedlockLock
 from redlease.core.base import DEFAULT_TTL
 from redlease.core.family import MultiLease
 from redlease.core.lease import Lease, ReleaseOutcome
@@ -44,6 +45,7 @@ from redlease.sync.family import (
     WriteLock,
 )
 from redlease.sync.lock import FairLock, Lock, Locks
+from redlease.sync.redlock import Redlock, RedlockLock
 
 __version__ = "0.1.0"
 
@@ -56,6 +58,8 @@ __all__ = [
     "AsyncMultiLock",
     "AsyncReadLock",
     "AsyncReadWriteLock",
+    "AsyncRedlock",
+    "AsyncRedlockLock",
     "AsyncSemaphore",
     "AsyncWriteLock",
     "CountDownLatch",
@@ -74,6 +78,8 @@ __all__ = [
     "NotOwned",
     "ReadLock",
     "ReadWriteLock",
+    "Redlock",
+    "RedlockLock",
     "ReleaseOutcome",
     "Semaphore",
     "ServerNotFound",

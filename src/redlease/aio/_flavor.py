@@ -6,7 +6,7 @@ import asyncio
 import functools
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from redlease.core.base import Owner
@@ -62,6 +62,11 @@ class Flag:
         except asyncio.TimeoutError:
             return False
         return True
+
+
+async def concurrently(calls: Sequence[Callable[[], Awaitable[T]]]) -> list[T | BaseException]:
+    """Run every call at once (tasks); each result, or the exception it raised."""
+    return list(await asyncio.gather(*(call() for call in calls), return_exceptions=True))
 
 
 Guard = asyncio.Lock

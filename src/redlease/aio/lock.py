@@ -37,6 +37,7 @@ from redlease.core.protocol import (
     release_flow,
     unavailable,
 )
+from redlease.core.renewal import renewal_answers, renewal_calls
 from redlease.core.subscriptions import PubSubCommands
 from redlease.core.templates import KeyTemplate
 from redlease.errors import LeaseLost, LockTimeout
@@ -154,6 +155,15 @@ class AsyncLocks(LocksBase):
             self.renewer.wake()
             return True
         return False
+
+    async def renew_batch(self, due: list[Lease]) -> list[bool | None]:
+        """Renew due leases in one pipelined round trip; one answer per lease."""
+        calls = renewal_calls(due)
+        try:
+            replies = await self.scripts.run_many(calls)
+        except NETWORK_ERRORS as exc:
+            replies = [exc] * len(calls)
+        return renewal_answers(calls, replies)
 
     async def commands(self) -> PubSubCommands:
         """Which pub/sub commands this server has; asked once per client."""

@@ -5,17 +5,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from redlease.aio._flavor import Wakeup, Worker, fire
-from redlease.core.protocol import NETWORK_ERRORS
-from redlease.core.renewal import renewal_answers, renewal_calls
 
 if TYPE_CHECKING:
     from redlease.aio.lock import AsyncLocks
+    from redlease.aio.redlock import AsyncRedlock
 
 
 class AsyncRenewer:
     """Started with the first renewing lease; sleeps until the schedule says something is due."""
 
-    def __init__(self, locks: AsyncLocks) -> None:
+    def __init__(self, locks: AsyncLocks | AsyncRedlock) -> None:
         self._locks = locks
         self._wakeup = Wakeup()
         self._worker: Worker | None = None
@@ -46,13 +45,8 @@ class AsyncRenewer:
                 await self._wakeup.wait(None if wake_at is None else wake_at - clock())
                 continue
             due = schedule.take_due(clock())
-            calls = renewal_calls(due)
             sent_at = clock()
-            try:
-                replies = await self._locks.scripts.run_many(calls)
-            except NETWORK_ERRORS as exc:
-                replies = [exc] * len(calls)
+            answers = await self._locks.renew_batch(due)
             self.round_trips += 1
-            answers = renewal_answers(calls, replies)
             for lease, callbacks in schedule.settle(due, answers, sent_at, clock()):
                 fire(lease, callbacks)

@@ -14,6 +14,7 @@ class ScriptName(enum.Enum):
     SHARED = "shared"
     COUNTDOWN = "countdown"
     MULTI_ACQUIRE = "multi_acquire"
+    FENCE_FLOOR = "fence_floor"
 
     @property
     def source(self) -> str:

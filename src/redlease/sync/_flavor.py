@@ -9,7 +9,8 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
 from redlease.core.base import Owner
@@ -55,6 +56,27 @@ class Flag:
 
     def wait(self, timeout: float) -> bool:
         return self._event.wait(timeout)
+
+
+_pool: ThreadPoolExecutor | None = None
+_pool_guard = threading.Lock()
+
+
+def concurrently(calls: Sequence[Callable[[], T]]) -> list[T | BaseException]:
+    """Run every call at once (a shared thread pool); each result, or what it raised."""
+    global _pool
+    with _pool_guard:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(32, thread_name_prefix="redlease-io")
+        pool = _pool
+    futures = [pool.submit(call) for call in calls]
+    results: list[T | BaseException] = []
+    for future in futures:
+        try:
+            results.append(future.result())
+        except Exception as exc:
+            results.append(exc)
+    return results
 
 
 Guard = threading.RLock

@@ -34,6 +34,7 @@ from redlease.core.protocol import (
     release_flow,
     unavailable,
 )
+from redlease.core.renewal import renewal_answers, renewal_calls
 from redlease.core.subscriptions import PubSubCommands
 from redlease.core.templates import KeyTemplate
 from redlease.errors import LeaseLost, LockTimeout
@@ -155,6 +156,15 @@ class Locks(LocksBase):
             self.renewer.wake()
             return True
         return False
+
+    def renew_batch(self, due: list[Lease]) -> list[bool | None]:
+        """Renew due leases in one pipelined round trip; one answer per lease."""
+        calls = renewal_calls(due)
+        try:
+            replies = self.scripts.run_many(calls)
+        except NETWORK_ERRORS as exc:
+            replies = [exc] * len(calls)
+        return renewal_answers(calls, replies)
 
     def commands(self) -> PubSubCommands:
         """Which pub/sub commands this server has; asked once per client."""

@@ -5,18 +5,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from redlease.core.protocol import NETWORK_ERRORS
-from redlease.core.renewal import renewal_answers, renewal_calls
 from redlease.sync._flavor import Wakeup, Worker, fire
 
 if TYPE_CHECKING:
     from redlease.sync.lock import Locks
+    from redlease.sync.redlock import Redlock
 
 
 class Renewer:
     """Started with the first renewing lease; sleeps until the schedule says something is due."""
 
-    def __init__(self, locks: Locks) -> None:
+    def __init__(self, locks: Locks | Redlock) -> None:
         self._locks = locks
         self._wakeup = Wakeup()
         self._worker: Worker | None = None
@@ -47,13 +46,8 @@ class Renewer:
                 self._wakeup.wait(None if wake_at is None else wake_at - clock())
                 continue
             due = schedule.take_due(clock())
-            calls = renewal_calls(due)
             sent_at = clock()
-            try:
-                replies = self._locks.scripts.run_many(calls)
-            except NETWORK_ERRORS as exc:
-                replies = [exc] * len(calls)
+            answers = self._locks.renew_batch(due)
             self.round_trips += 1
-            answers = renewal_answers(calls, replies)
             for lease, callbacks in schedule.settle(due, answers, sent_at, clock()):
                 fire(lease, callbacks)

@@ -1,0 +1,226 @@
+# Generated from redlease/aio/redlock.py by tools/unasync.py; edit that file instead.
+"""Redlock over independent masters, sync flavour (the sync twin is generated).
+
+Each master is its own :class:`Locks` client; a round sends the same script to all
+of them at once and counts a majority within the validity time. One renewal worker per
+Redlock client renews every held lease on every master, and a lease that no longer has a
+majority is reported lost. Read ``docs/guarantees.md`` before relying on it.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Hashable, Sequence
+from functools import partial
+from types import TracebackType
+from typing import Any
+
+from redis import Redis
+
+from redlease.core.base import LockBase, LocksBase, Owner, TokenFactory, random_token
+from redlease.core.lease import Lease, ReleaseOutcome
+from redlease.core.ops import RunScript
+from redlease.core.protocol import (
+    RELEASED,
+    TAKEN_OVER,
+    Clock,
+    Flow,
+    Grant,
+    call_flow,
+    extend_flow,
+    release_flow,
+)
+from redlease.core.redlock import drift_ms, quorum, quorum_answer, tally_acquire
+from redlease.errors import InvalidArgument, LeaseLost, LockTimeout, ServerUnavailable
+from redlease.keys import DEFAULT_PREFIX
+from redlease.scripts import ScriptName
+from redlease.sync._flavor import concurrently, current_owner, fire, sleep
+from redlease.sync.lock import Locks
+from redlease.sync.renewer import Renewer
+
+RETRY_DELAYS_S = (0.005, 0.05)
+"""A refused round retries after a random pause in this range, so contenders desynchronise."""
+
+
+class Redlock(LocksBase):
+    """A client over independent masters (each a ``redis.Redis`` or a URL)."""
+
+    def __init__(
+        self,
+        masters: Sequence[Redis | str],
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        clock: Clock = time.monotonic,
+        token_factory: TokenFactory = random_token,
+    ) -> None:
+        if isinstance(masters, (str, bytes)) or len(masters) < 1:
+            raise InvalidArgument("Redlock needs a list of masters (3 or 5 is usual)")
+        super().__init__(prefix=prefix, clock=clock, token_factory=token_factory)
+        self.masters = [
+            Locks(master, prefix=prefix, clock=clock, token_factory=token_factory)
+            for master in masters
+        ]
+        self.quorum = quorum(len(self.masters))
+        self.renewer = Renewer(self)
+
+    def lock(
+        self,
+        name: str,
+        *,
+        ttl: float | None = None,
+        renew: bool | None = None,
+        timeout: float = -1,
+        blocking: bool = True,
+        owner: Hashable | None = None,
+    ) -> RedlockLock:
+        return RedlockLock(
+            self, name, ttl=ttl, renew=renew, timeout=timeout, blocking=blocking, owner=owner
+        )
+
+    def adopt(self, lease: Lease, role: str | None) -> bool:
+        if super().adopt(lease, role) or (lease.renewing and not self.renewer.running()):
+            self.renewer.wake()
+            return True
+        return False
+
+    def each(self, flow: Callable[[], Flow]) -> list[Any]:
+        """Run a fresh copy of ``flow`` on every master at once; replies or exceptions."""
+        calls = [_on(master, flow) for master in self.masters]
+        return concurrently(calls)
+
+    def renew_batch(self, due: list[Lease]) -> list[bool | None]:
+        """Renew on every master; a lease is kept while a majority still holds it."""
+        per_master = concurrently([_renewing(master, due) for master in self.masters])
+        answers: list[list[bool | None]] = [
+            result if isinstance(result, list) else [None] * len(due) for result in per_master
+        ]
+        return [quorum_answer([column[i] for column in answers]) for i in range(len(due))]
+
+    def close(self) -> None:
+        self.renewer.stop()
+        for master in self.masters:
+            master.close()
+
+    def __enter__(self) -> Redlock:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _on(master: Locks, flow: Callable[[], Flow]) -> Callable[[], Any]:
+    def run() -> Any:
+        return master.drive(flow())
+
+    return run
+
+
+def _renewing(master: Locks, due: list[Lease]) -> Callable[[], Any]:
+    def run() -> Any:
+        return master.renew_batch(due)
+
+    return run
+
+
+class RedlockLock(LockBase[Redlock]):
+    """A lease held on a majority of independent masters.
+
+    Reentrant per owner like :class:`Lock`. Waiting retries rounds after short random
+    pauses (a waiter cannot queue on a majority at once). ``lease.fence`` is the largest of
+    the quorum's per-master counters, and the winner lifts every master's counter to it
+    before ``acquire`` returns (a round skipped when every master already agrees): since
+    two majorities share a master, a later holder draws a larger token, unless a master
+    lost its data (a restart without persistence), which Redlock cannot see.
+    """
+
+    role_suffix = "#redlock"
+
+    def current_owner_ident(self) -> Owner:
+        return current_owner()
+
+    def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> Lease:
+        owner, held, request = self._plan_acquire(blocking, timeout, "publish")
+        if held is not None:
+            return held
+        assert request is not None
+        claim, clock = request.claim, self.locks.clock
+        deadline = None if request.timeout is None else clock() + request.timeout
+        delay = RETRY_DELAYS_S[0]
+        while True:
+            started = clock()
+            replies = self.locks.each(
+                lambda: call_flow(claim.acquire_op("0"), self.keys, "acquire")
+            )
+            tally = tally_acquire(replies)
+            if tally.granted((clock() - started) * 1000, self.ttl_ms):
+                fence = max(tally.fences)
+                if len(tally.fences) < tally.masters or min(tally.fences) < fence:
+                    floor = RunScript(ScriptName.FENCE_FLOOR, (self.keys.fence,), (fence,))
+                    self.locks.each(partial(call_flow, floor, self.keys, "fence"))
+                lease = self._settle(owner, Grant(claim, fence, started), request, self.role)
+                lease.expires_at -= drift_ms(self.ttl_ms) / 1000
+                return lease
+            self.locks.each(lambda: release_flow(claim))
+            if tally.reachable < self.locks.quorum:
+                raise ServerUnavailable(
+                    f"could not acquire lock {self.name!r}: only {tally.reachable} of "
+                    f"{tally.masters} masters answered, Redlock needs {self.locks.quorum}"
+                )
+            remaining = None if deadline is None else deadline - clock()
+            if not request.blocking or (remaining is not None and remaining <= 0):
+                raise LockTimeout(self.name, request.timeout if request.blocking else 0)
+            pause = random.uniform(RETRY_DELAYS_S[0], delay)
+            sleep(pause if remaining is None else min(pause, remaining))
+            delay = min(delay * 2, RETRY_DELAYS_S[1])
+
+    def try_acquire(self) -> Lease | None:
+        try:
+            return self.acquire(blocking=False)
+        except LockTimeout:
+            return None
+
+    def release(self) -> ReleaseOutcome:
+        """Release on every master; ``EXPIRED`` if a majority no longer held it."""
+        lease = self._begin_release()
+        if lease is None:
+            return ReleaseOutcome.STILL_HELD
+        replies = self.locks.each(lambda: release_flow(lease.claim))
+        released = sum(1 for code in replies if isinstance(code, int) and code >= RELEASED)
+        code = RELEASED if released >= self.locks.quorum else TAKEN_OVER
+        outcome, callbacks = self._finish_release(lease, code)
+        fire(lease, callbacks)
+        return outcome
+
+    def extend(self, ttl: float | None = None) -> Lease:
+        """Extend on every master; kept only if a majority extended it in time."""
+        lease, ttl_ms = self._begin_extend(ttl)
+        clock = self.locks.clock
+        started = clock()
+        replies = self.locks.each(lambda: extend_flow(lease.claim, ttl_ms, clock))
+        kept = sum(1 for reply in replies if isinstance(reply, tuple) and reply[0])
+        in_time = (clock() - started) * 1000 < ttl_ms - drift_ms(ttl_ms)
+        result = (kept >= self.locks.quorum and in_time, started)
+        callbacks = self._finish_extend(lease, ttl_ms, result, self.role)
+        if callbacks is not None:
+            fire(lease, callbacks)
+            raise LeaseLost(self.name, lease.lost_reason or "lost")
+        return lease
+
+    def __enter__(self) -> Lease:
+        return self.acquire()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        lease = self.lease
+        outcome = self.release()
+        self._lost_at_exit(lease, outcome, body_failed=exc_type is not None)
