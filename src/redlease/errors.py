@@ -64,6 +64,14 @@ class WrongKeyType(LockError):
         )
 
 
+class NotReplicated(LockError):
+    """Too few replicas confirmed a lock write in time; an acquisition was rolled back.
+
+    Raised only when the client asked for replica acknowledgement (``replicas=N``). It
+    narrows the window in which a failover loses a lock; it is not consensus.
+    """
+
+
 class FenceExhausted(LockError):
     """The fencing counter of a lock can no longer grow; no new grant can be fenced."""
 

@@ -21,11 +21,13 @@ from redlease.core.claims import Claim, ExclusiveClaim
 from redlease.core.lease import Lease, LostCallback, ReleaseOutcome
 from redlease.core.protocol import HANDED_OVER, AcquireRequest, Clock, Grant, release_reason
 from redlease.core.renewal import RenewalSchedule
+from redlease.core.replication import ReplicaAcks
 from redlease.core.subscriptions import PubSubCommands
 from redlease.errors import InvalidArgument, LeaseLost, LockTimeout, NotOwned
 from redlease.keys import DEFAULT_PREFIX, LockKeys, ttl_to_ms, validate_name, validate_prefix
 
 CONTENDED_HINT_S = 1.0
+DEFAULT_REPLICA_TIMEOUT_MS = 1000
 DEFAULT_TTL = 30.0
 """Lease length when none is given; such leases are renewed while held (the watchdog)."""
 
@@ -63,10 +65,19 @@ class LocksBase:
         self.token_factory = token_factory
         self.renewals = RenewalSchedule()
         self.pubsub_commands: PubSubCommands | None = None
+        self.acks: ReplicaAcks | None = None
+        """Replica acknowledgement every lock write of this client waits for (none by default)."""
         self._held: dict[tuple[str, Hashable], Lease] = {}
         self._contended_until: dict[str, float] = {}
         self._guard = threading.Lock()
         self._host = socket.gethostname()
+
+    def replica_acks(self, replicas: int) -> ReplicaAcks | None:
+        """What waiting for ``replicas`` confirmations means with this client's settings."""
+        if replicas == 0:
+            return None
+        template = self.acks or ReplicaAcks(1, DEFAULT_REPLICA_TIMEOUT_MS)
+        return ReplicaAcks(replicas, template.timeout_ms, template.aof)
 
     def keys(self, name: str) -> LockKeys:
         return LockKeys(validate_name(name), self.prefix)
@@ -141,6 +152,7 @@ class LeasedBase(Generic[LocksT]):
         timeout: float = -1,
         blocking: bool = True,
         owner: Hashable | None = None,
+        replicas: int | None = None,
     ) -> None:
         self.locks = locks
         self.keys = locks.keys(name)
@@ -150,6 +162,7 @@ class LeasedBase(Generic[LocksT]):
         self.timeout = check_timeout(timeout)
         self.blocking = bool(blocking)
         self._explicit_owner = None if owner is None else Owner("owner", owner)
+        self.acks = locks.acks if replicas is None else locks.replica_acks(replicas)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} ttl={self.ttl_ms / 1000:g}s>"
@@ -228,6 +241,7 @@ class LockBase(LeasedBase[LocksT]):
     """A reentrant lease on one name (exclusive, or one side of a read-write lock)."""
 
     role_suffix = ""
+    fair = False
 
     @property
     def role(self) -> str:
@@ -235,7 +249,7 @@ class LockBase(LeasedBase[LocksT]):
         return self.keys.lease + self.role_suffix
 
     def _claim(self, token: str, publish: str) -> Claim:
-        return ExclusiveClaim(self.keys, token, self.ttl_ms, publish)
+        return ExclusiveClaim(self.keys, token, self.ttl_ms, publish, self.fair, self.acks)
 
     @property
     def lease(self) -> Lease | None:

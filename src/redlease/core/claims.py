@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from redlease.core.ops import RunScript
+from redlease.core.replication import ReplicaAcks
 from redlease.keys import LockKeys
 from redlease.scripts import ScriptName
 
@@ -49,6 +50,7 @@ class ExclusiveClaim:
     ttl_ms: int
     publish: str
     fair: bool = False
+    acks: ReplicaAcks | None = None
 
     renew_kind = STRING_LEASE
 
@@ -77,6 +79,7 @@ class ExclusiveClaim:
                 self.keys.wake_prefix,
                 queue_mode,
             ),
+            acks=self.acks,
         )
 
     def release_op(self, withdraw: bool) -> RunScript:
@@ -90,6 +93,7 @@ class ExclusiveClaim:
                 self.keys.wake_prefix,
                 self.member if withdraw else "",
             ),
+            acks=self.acks,
         )
 
 
@@ -107,6 +111,7 @@ class SharedClaim:
     publish: str
     mode: str
     capacity: int = 0
+    acks: ReplicaAcks | None = None
 
     @property
     def renew_kind(self) -> str:
@@ -140,6 +145,7 @@ class SharedClaim:
                 last,
                 RELEASE_LATCH_MS,
             ),
+            acks=self.acks if operation in ("acquire", "release", "downgrade") else None,
         )
 
     def acquire_op(self, queue_mode: str) -> RunScript:

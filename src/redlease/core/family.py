@@ -31,7 +31,7 @@ class ReadLockBase(LockBase[LocksT]):
                 f"{self._owner().describe()} holds the write lock of {self.name!r}; "
                 "call downgrade() on the write lock to become a reader instead"
             )
-        return SharedClaim(self.keys, token, self.ttl_ms, publish, "r")
+        return SharedClaim(self.keys, token, self.ttl_ms, publish, "r", acks=self.acks)
 
 
 class WriteLockBase(LockBase[LocksT]):
@@ -46,7 +46,7 @@ class WriteLockBase(LockBase[LocksT]):
                 f"{self._owner().describe()} holds a read lock of {self.name!r}; a reader "
                 "cannot upgrade (two upgrading readers would wait on each other forever)"
             )
-        return SharedClaim(self.keys, token, self.ttl_ms, publish, "w")
+        return SharedClaim(self.keys, token, self.ttl_ms, publish, "w", acks=self.acks)
 
     def _begin_downgrade(self) -> tuple[Lease, SharedClaim]:
         lease = self.lease
@@ -59,7 +59,9 @@ class WriteLockBase(LockBase[LocksT]):
             )
         claim = lease.claim
         assert isinstance(claim, SharedClaim)
-        return lease, SharedClaim(claim.keys, claim.token, claim.ttl_ms, claim.publish, "r")
+        return lease, SharedClaim(
+            claim.keys, claim.token, claim.ttl_ms, claim.publish, "r", acks=claim.acks
+        )
 
     def _finish_downgrade(
         self, lease: Lease, reader: SharedClaim, code: int
@@ -99,7 +101,13 @@ class SemaphoreBase(LeasedBase[LocksT]):
 
     def _claim(self, owner: Owner, publish: str) -> SharedClaim:
         return SharedClaim(
-            self.keys, self.locks.new_token(owner), self.ttl_ms, publish, "r", self.permits
+            self.keys,
+            self.locks.new_token(owner),
+            self.ttl_ms,
+            publish,
+            "r",
+            self.permits,
+            self.acks,
         )
 
     def _begin_release(self, lease: Lease) -> None:
@@ -162,7 +170,10 @@ class MultiLockBase(LeasedBase[LocksT]):
         if owner in self._held:
             raise LockError(f"multi-lock {self.name!r} is already held by {owner.describe()}")
         token = self.locks.new_token(owner)
-        return [ExclusiveClaim(keys, token, self.ttl_ms, publish) for keys in self.all_keys]
+        return [
+            ExclusiveClaim(keys, token, self.ttl_ms, publish, acks=self.acks)
+            for keys in self.all_keys
+        ]
 
     def _adopt_all(
         self, owner: Owner, claims: list[Claim], result: tuple[list[int], float] | None

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from redlease.core.replication import ReplicaAcks
 from redlease.scripts import ScriptName
 
 
@@ -15,6 +16,8 @@ class RunScript:
     script: ScriptName
     keys: Sequence[str]
     args: Sequence[str | int]
+    acks: ReplicaAcks | None = None
+    """Replicas that must confirm this lock write (see :mod:`redlease.core.replication`)."""
 
 
 @dataclass(frozen=True)

@@ -35,10 +35,11 @@ from redlease.core.protocol import (
     unavailable,
 )
 from redlease.core.renewal import renewal_answers, renewal_calls
+from redlease.core.replication import ReplicaAcks, ReplicaShortfall
 from redlease.core.subscriptions import PubSubCommands
 from redlease.core.templates import KeyTemplate
-from redlease.errors import LeaseLost, LockTimeout
-from redlease.keys import DEFAULT_PREFIX, LockKeys
+from redlease.errors import LeaseLost, LockTimeout, NotReplicated
+from redlease.keys import DEFAULT_PREFIX, LockKeys, ttl_to_ms
 from redlease.sync._flavor import INTERRUPTIONS, current_owner, fire, shielded, wrap_locked
 from redlease.sync.notify import Notifier, Waiter
 from redlease.sync.renewer import Renewer
@@ -69,6 +70,9 @@ class Locks(LocksBase):
         *,
         prefix: str = DEFAULT_PREFIX,
         sharded_pubsub: bool | None = None,
+        replicas: int = 0,
+        replica_timeout: float = 1.0,
+        replica_aof: bool = False,
         clock: Clock = time.monotonic,
         token_factory: TokenFactory = random_token,
     ) -> None:
@@ -80,6 +84,10 @@ class Locks(LocksBase):
         self.renewer = Renewer(self)
         if sharded_pubsub is not None:
             self.pubsub_commands = PubSubCommands(sharded_pubsub)
+        if replicas:
+            self.acks = ReplicaAcks(
+                replicas, ttl_to_ms(replica_timeout, "replica_timeout"), replica_aof
+            )
 
     def lock(
         self,
@@ -90,10 +98,18 @@ class Locks(LocksBase):
         timeout: float = -1,
         blocking: bool = True,
         owner: Hashable | None = None,
+        replicas: int | None = None,
     ) -> Lock:
         """A handle on the lock ``name``; see :class:`Lock` for the options."""
         return Lock(
-            self, name, ttl=ttl, renew=renew, timeout=timeout, blocking=blocking, owner=owner
+            self,
+            name,
+            ttl=ttl,
+            renew=renew,
+            timeout=timeout,
+            blocking=blocking,
+            owner=owner,
+            replicas=replicas,
         )
 
     def fair_lock(self, name: str, **options: Any) -> FairLock:
@@ -196,11 +212,21 @@ class Locks(LocksBase):
         except INTERRUPTIONS:
             self._abandon(request.claim)
             raise
+        except ReplicaShortfall as short:
+            self._abandon(request.claim)
+            raise NotReplicated(
+                f"lock {request.claim.keys.name!r} reached {short.confirmed} of {short.wanted} "
+                "replicas in time; the acquisition was rolled back"
+            ) from None
         return grant
 
     def give_back(self, owner: LeasedBase[Any], lease: Lease) -> ReleaseOutcome:
         """Release a lease already taken off the books, and report how it ended."""
-        code = shielded(self.drive(release_flow(lease.claim)))
+        try:
+            code = shielded(self.drive(release_flow(lease.claim)))
+        except ReplicaShortfall as short:
+            logger.warning("release of %r: %s", lease.name, short)
+            code = int(short.reply)
         outcome, callbacks = owner._finish_release(lease, code)
         fire(lease, callbacks)
         return outcome
@@ -209,7 +235,7 @@ class Locks(LocksBase):
         """An interrupted acquire may have been granted or queued: undo both, best effort."""
         try:
             shielded(self.drive(release_flow(claim, withdraw=True)))
-        except Exception:
+        except (Exception, ReplicaShortfall):
             logger.debug("could not give back an interrupted grant of %r", claim.keys.name)
 
     def drive(self, flow: Flow) -> Any:

@@ -10,6 +10,7 @@ from redis import Redis
 from redis.exceptions import NoScriptError
 
 from redlease.core.ops import RunScript
+from redlease.core.replication import ReplicaAcks
 
 
 class Scripts:
@@ -17,11 +18,21 @@ class Scripts:
         self.client = client
 
     def run(self, op: RunScript) -> Any:
+        if op.acks is not None:
+            return self._acknowledged(op, op.acks)
         try:
             return self.client.evalsha(op.script.sha, len(op.keys), *op.keys, *op.args)
         except NoScriptError:
             self.client.script_load(op.script.source)
             return self.client.evalsha(op.script.sha, len(op.keys), *op.keys, *op.args)
+
+    def _acknowledged(self, op: RunScript, acks: ReplicaAcks) -> Any:
+        """The script and WAIT (and WAITAOF) on one connection: WAIT counts its writes."""
+        replies = self._pipelined([op], acks.commands())
+        if isinstance(replies[0], NoScriptError):
+            self.client.script_load(op.script.source)
+            replies = self._pipelined([op], acks.commands())
+        return acks.check(replies)
 
     def run_many(self, ops: Sequence[RunScript]) -> list[Any]:
         """Send many calls in one pipelined round trip; a failed call's reply is its error."""
@@ -35,8 +46,12 @@ class Scripts:
             self.client.script_load(script.source)
         return self._pipelined(ops) if missing else replies
 
-    def _pipelined(self, ops: Sequence[RunScript]) -> list[Any]:
-        pipe = self.client.pipeline(transaction=False)
+    def _pipelined(
+        self, ops: Sequence[RunScript], then: Sequence[Sequence[str | int]] = ()
+    ) -> list[Any]:
+        pipe: Any = self.client.pipeline(transaction=False)
         for op in ops:
             pipe.evalsha(op.script.sha, len(op.keys), *op.keys, *op.args)
+        for command in then:
+            pipe.execute_command(*command)
         return list(pipe.execute(raise_on_error=False))
