@@ -28,6 +28,7 @@ REPLACEMENTS: list[tuple[str, str]] = [
     (r"\b__aenter__\b", "__enter__"),
     (r"\b__aexit__\b", "__exit__"),
     (r"\baclose\b", "close"),
+    (r"\bredis\.asyncio\.cluster\b", "redis.cluster"),
     (r"\bredis\.asyncio\b", "redis"),
     (r"\bredlease\.aio\b", "redlease.sync"),
     (r"\bAsync(\w+)", r"\1"),

@@ -9,6 +9,9 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
+from redis.asyncio import ConnectionPool, Redis
+from redis.asyncio.cluster import RedisCluster
+
 from redlease.core.base import Owner
 from redlease.core.lease import Lease, LostCallback, run_callbacks
 from redlease.errors import InvalidArgument, LockError
@@ -68,6 +71,38 @@ async def concurrently(calls: Sequence[Callable[[], Awaitable[T]]]) -> list[T | 
     """Run every call at once (tasks); each result, or the exception it raised."""
     return list(await asyncio.gather(*(call() for call in calls), return_exceptions=True))
 
+
+def is_cluster(client: Any) -> bool:
+    return isinstance(client, RedisCluster)
+
+
+async def node_of(client: Any, key: str) -> tuple[str, Callable[[], Any], Any]:
+    """Where ``key`` lives: the node's name, a connection factory and a client for it.
+
+    A plain client is one node. On a cluster the node is the primary owning the key's slot,
+    as the client's slot map says (refresh it with :func:`refresh_topology`).
+    """
+    if not is_cluster(client):
+        pool = client.connection_pool
+        return "main", pool.make_connection, client
+    await client.initialize()
+    node = client.get_node_from_key(key)
+    if node.name not in _node_clients:
+        pool = ConnectionPool(connection_class=node.connection_class, **node.connection_kwargs)
+        _node_clients[node.name] = Redis(connection_pool=pool)
+    return (
+        node.name,
+        lambda: node.connection_class(**node.connection_kwargs),
+        _node_clients[node.name],
+    )
+
+
+async def refresh_topology(client: Any) -> None:
+    if is_cluster(client):
+        await client.nodes_manager.initialize()
+
+
+_node_clients: dict[str, Redis] = {}
 
 Guard = asyncio.Lock
 sleep = asyncio.sleep

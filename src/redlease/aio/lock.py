@@ -9,6 +9,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
 from redlease.aio._flavor import INTERRUPTIONS, current_owner, fire, shielded, wrap_locked
@@ -57,7 +58,8 @@ logger = logging.getLogger("redlease")
 
 
 class AsyncLocks(LocksBase):
-    """A redlease client over one ``redis.asyncio.Redis``: makes locks, owns the workers.
+    """A redlease client over one ``redis.asyncio.Redis`` (or ``RedisCluster``, or a URL:
+    ``cluster=True`` makes a cluster client of it): makes locks, owns the workers.
 
     One pub/sub connection and one renewal task serve every lock of the client. Create
     it once per process (per event loop) and close it with ``aclose()`` or ``async with``.
@@ -65,9 +67,10 @@ class AsyncLocks(LocksBase):
 
     def __init__(
         self,
-        client: Redis | str,
+        client: Redis | RedisCluster | str,
         *,
         prefix: str = DEFAULT_PREFIX,
+        cluster: bool = False,
         sharded_pubsub: bool | None = None,
         replicas: int = 0,
         replica_timeout: float = 1.0,
@@ -77,7 +80,7 @@ class AsyncLocks(LocksBase):
     ) -> None:
         super().__init__(prefix=prefix, clock=clock, token_factory=token_factory)
         self._owns_client = isinstance(client, str)
-        self.client: Redis = Redis.from_url(client) if isinstance(client, str) else client
+        self.client: Any = _client(client, cluster)
         self.scripts = Scripts(self.client)
         self.notifier = AsyncNotifier(self.client, self.commands, clock)
         self.renewer = AsyncRenewer(self)
@@ -174,12 +177,12 @@ class AsyncLocks(LocksBase):
 
     async def renew_batch(self, due: list[Lease]) -> list[bool | None]:
         """Renew due leases in one pipelined round trip; one answer per lease."""
-        calls = renewal_calls(due)
+        batches = renewal_calls(due, per_slot=self.scripts.cluster)
         try:
-            replies = await self.scripts.run_many(calls)
+            replies = await self.scripts.run_many([call for _, call in batches])
         except NETWORK_ERRORS as exc:
-            replies = [exc] * len(calls)
-        return renewal_answers(calls, replies)
+            replies = [exc] * len(batches)
+        return renewal_answers(due, batches, replies)
 
     async def commands(self) -> PubSubCommands:
         """Which pub/sub commands this server has; asked once per client."""
@@ -202,7 +205,7 @@ class AsyncLocks(LocksBase):
     @property
     def atomic_multi(self) -> bool:
         """Whether one script may take several locks at once (not across cluster slots)."""
-        return True
+        return not self.scripts.cluster
 
     async def obtain(self, request: AcquireRequest) -> Grant | None:
         """Run an acquisition; an interrupted one gives back whatever it may have got."""
@@ -281,6 +284,12 @@ class AsyncLocks(LocksBase):
         traceback: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+def _client(client: Redis | RedisCluster | str, cluster: bool) -> Redis | RedisCluster:
+    if not isinstance(client, str):
+        return client
+    return RedisCluster.from_url(client) if cluster else Redis.from_url(client)
 
 
 class AsyncLock(LockBase["AsyncLocks"]):

@@ -1,9 +1,11 @@
-"""One pub/sub connection per client, shared by every waiter of that client.
+"""One pub/sub connection per client (per node on a cluster), shared by every waiter.
 
-A reader worker owns the connection's input; subscribers send (under a guard) and wait
+A reader worker owns each connection's input; subscribers send (under a guard) and wait
 for the server's confirmation, so a hand-off published after ``subscribe`` returns
-cannot be missed. If the connection drops, the reader reconnects, resubscribes and
-wakes every waiter so each tries again (a message may have been lost meanwhile).
+cannot be missed. If a connection drops, its reader reconnects (on a cluster: to the
+node that owns each channel's slot now), resubscribes and wakes every waiter it carried,
+so each tries again (a message may have been lost meanwhile). A server that unsubscribes
+us itself (its slot moved away) gets the same treatment for that channel.
 """
 
 from __future__ import annotations
@@ -13,9 +15,17 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from redis.asyncio import Redis
-
-from redlease.aio._flavor import Flag, Guard, Wakeup, Worker, prepare_pubsub, read_push, sleep
+from redlease.aio._flavor import (
+    Flag,
+    Guard,
+    Wakeup,
+    Worker,
+    node_of,
+    prepare_pubsub,
+    read_push,
+    refresh_topology,
+    sleep,
+)
 from redlease.core.protocol import NETWORK_ERRORS, Clock, Handoff
 from redlease.core.subscriptions import ChannelBook, PubSubCommands, classify, handoff_of
 from redlease.errors import ServerUnavailable
@@ -42,10 +52,21 @@ class AsyncWaiter:
         await self.notifier.leave(self)
 
 
+class AsyncLink:
+    """The pub/sub connection to one node, and the channels subscribed on it."""
+
+    def __init__(self, name: str, connect: Callable[[], Any]) -> None:
+        self.name = name
+        self.connect = connect
+        self.connection: Any = None  # redis-py's connection classes are untyped
+        self.reader: Worker | None = None
+        self.channels: set[str] = set()
+
+
 class AsyncNotifier:
     def __init__(
         self,
-        client: Redis,
+        client: Any,
         commands: Callable[[], Awaitable[PubSubCommands]],
         clock: Clock = time.monotonic,
     ) -> None:
@@ -54,26 +75,33 @@ class AsyncNotifier:
         self._commands = commands
         self._book: ChannelBook[AsyncWaiter] = ChannelBook()
         self._confirmed: dict[str, Flag] = {}
-        self._connection: Any = None  # redis-py's connection classes are untyped
-        self._reader: Worker | None = None
+        self._links: dict[str, AsyncLink] = {}
+        self._link_of: dict[str, AsyncLink] = {}
         self._closing = False
         self._guard = Guard()
 
     def channels(self) -> list[str]:
         return self._book.channels()
 
+    def connections(self) -> int:
+        """Open pub/sub connections (one per node that carries a waiting channel)."""
+        return sum(1 for link in self._links.values() if link.connection is not None)
+
     async def subscribe(self, channel: str) -> AsyncWaiter:
         waiter = AsyncWaiter(self, channel)
         commands = await self._commands()
+        name, connect, _ = await node_of(self._client, channel)
         async with self._guard:
-            connection = await self._connected()
             if self._book.add(channel, waiter):
                 self._confirmed[channel] = Flag()
                 try:
-                    await connection.send_command(commands.subscribe, channel)
+                    link = await self._linked(name, connect)
+                    await link.connection.send_command(commands.subscribe, channel)
                 except NETWORK_ERRORS:
                     self._book.remove(channel, waiter)
                     raise
+                link.channels.add(channel)
+                self._link_of[channel] = link
             confirmed = self._confirmed[channel]
         try:
             ok = await confirmed.wait(CONFIRM_TIMEOUT_S)
@@ -91,43 +119,52 @@ class AsyncNotifier:
             if not self._book.remove(waiter.channel, waiter):
                 return
             self._confirmed.pop(waiter.channel, None)
-            if self._connection is not None:
+            link = self._link_of.pop(waiter.channel, None)
+            if link is None:
+                return
+            link.channels.discard(waiter.channel)
+            if link.connection is not None:
                 try:
-                    await self._connection.send_command(commands.unsubscribe, waiter.channel)
+                    await link.connection.send_command(commands.unsubscribe, waiter.channel)
                 except NETWORK_ERRORS:
                     logger.debug("unsubscribe from %r failed; reconnecting", waiter.channel)
 
     async def aclose(self) -> None:
         self._closing = True
-        if self._reader is not None:
-            await self._reader.stop()
-            self._reader = None
+        for link in list(self._links.values()):
+            if link.reader is not None:
+                await link.reader.stop()
+                link.reader = None
         async with self._guard:
-            if self._connection is not None:
-                await self._connection.disconnect()
-                self._connection = None
+            for link in self._links.values():
+                if link.connection is not None:
+                    await link.connection.disconnect()
+                    link.connection = None
+            self._links.clear()
         self._closing = False
 
-    async def _connected(self) -> Any:
-        if self._connection is None:
-            pool: Any = self._client.connection_pool
-            connection = pool.make_connection()
+    async def _linked(self, name: str, connect: Callable[[], Any]) -> AsyncLink:
+        link = self._links.get(name)
+        if link is None:
+            link = self._links[name] = AsyncLink(name, connect)
+        if link.connection is None:
+            connection = link.connect()
             prepare_pubsub(connection)
             await connection.connect()
-            self._connection = connection
-        if self._reader is None or not self._reader.alive():
-            self._reader = Worker(self._read, "redlease-notifier")
-        return self._connection
+            link.connection = connection
+        if link.reader is None or not link.reader.alive():
+            link.reader = Worker(lambda: self._read(link), f"redlease-notifier-{name}")
+        return link
 
-    async def _read(self) -> None:
+    async def _read(self, link: AsyncLink) -> None:
         while not self._closing:
-            connection = self._connection
+            connection = link.connection
             if connection is None:
                 return
             try:
                 reply = await read_push(connection)
             except NETWORK_ERRORS:
-                if self._closing or not await self._reconnect():
+                if self._closing or not await self._reconnect(link):
                     return
                 continue
             if reply is not None:
@@ -137,6 +174,10 @@ class AsyncNotifier:
         push = classify(reply)
         if push is None:
             return
+        if push.kind == "moved":
+            if self._book.waiters(push.channel):
+                await self._rehome([push.channel])
+            return
         async with self._guard:
             if push.kind == "message":
                 for waiter in self._book.waiters(push.channel):
@@ -145,28 +186,63 @@ class AsyncNotifier:
             elif (flag := self._confirmed.get(push.channel)) is not None:
                 flag.set()
 
-    async def _reconnect(self) -> bool:
-        """Reconnect with bounded backoff, resubscribe, and wake everyone to try again."""
+    async def _rehome(self, channels: list[str]) -> None:
+        """Subscribe channels again where their slot lives now, and wake their waiters."""
+        await refresh_topology(self._client)
+        commands = await self._commands()
+        for channel in channels:
+            name, connect, _ = await node_of(self._client, channel)
+            async with self._guard:
+                if not self._book.waiters(channel):
+                    continue
+                old = self._link_of.get(channel)
+                if old is not None:
+                    old.channels.discard(channel)
+                link = await self._linked(name, connect)
+                await link.connection.send_command(commands.subscribe, channel)
+                link.channels.add(channel)
+                self._link_of[channel] = link
+                for waiter in self._book.waiters(channel):
+                    waiter.wakeup.set()
+
+    async def _reconnect(self, link: AsyncLink) -> bool:
+        """Reconnect with bounded backoff, resubscribe, and wake everyone to try again.
+
+        On a cluster a node that stays down gives its channels to the nodes that own their
+        slots now (after a failover, the promoted replica).
+        """
         commands = await self._commands()
         for delay in RECONNECT_DELAYS:
             async with self._guard:
-                connection = self._connection
+                connection = link.connection
                 if connection is None or self._closing:
                     return False
                 try:
                     await connection.disconnect()
                     await connection.connect()
-                    for channel in self._book.channels():
+                    for channel in link.channels:
                         await connection.send_command(commands.subscribe, channel)
                 except NETWORK_ERRORS:
                     logger.debug("notifier reconnect failed; retrying in %.2f s", delay)
                 else:
-                    for waiter in self._book.everyone():
-                        waiter.wakeup.set()
+                    for channel in link.channels:
+                        for waiter in self._book.waiters(channel):
+                            waiter.wakeup.set()
                     return True
+            if link.name != "main":
+                try:
+                    await self._rehome(list(link.channels))
+                except NETWORK_ERRORS:
+                    logger.debug("could not move the channels of %s yet", link.name)
+                if not link.channels:
+                    async with self._guard:
+                        self._links.pop(link.name, None)
+                        link.connection = None
+                    return False
             await sleep(delay)
         async with self._guard:
-            self._connection = None
-            for waiter in self._book.everyone():
-                waiter.wakeup.set()
+            link.connection = None
+            for channel in link.channels:
+                for waiter in self._book.waiters(channel):
+                    waiter.wakeup.set()
         return False

@@ -13,6 +13,8 @@ import math
 import threading
 from collections.abc import Sequence
 
+from redis.crc import key_slot
+
 from redlease.core.lease import Lease, LostCallback
 from redlease.core.ops import RunScript
 from redlease.scripts import ScriptName
@@ -82,24 +84,38 @@ class RenewalSchedule:
         return lost
 
 
-def renewal_calls(due: Sequence[Lease]) -> list[RunScript]:
-    """Group renewals into script calls of at most :data:`BATCH_SIZE` leases each."""
-    calls = []
+Batch = tuple[list[Lease], RunScript]
+
+
+def renewal_calls(due: Sequence[Lease], per_slot: bool = False) -> list[Batch]:
+    """Group renewals into script calls of at most :data:`BATCH_SIZE` leases each.
+
+    On a cluster (``per_slot``) a call holds only leases of one slot; the calls of one
+    node still travel together in one pipeline.
+    """
+    if per_slot:
+        by_slot: dict[int, list[Lease]] = {}
+        for lease in due:
+            by_slot.setdefault(key_slot(lease.claim.renew_key.encode()), []).append(lease)
+        return [batch for group in by_slot.values() for batch in renewal_calls(group)]
+    batches: list[Batch] = []
     for start in range(0, len(due), BATCH_SIZE):
-        chunk = due[start : start + BATCH_SIZE]
+        chunk = list(due[start : start + BATCH_SIZE])
         args: list[str | int] = []
         for lease in chunk:
             args += [lease.claim.renew_kind, lease.token, lease.ttl_ms]
-        calls.append(RunScript(ScriptName.RENEW, [lease.claim.renew_key for lease in chunk], args))
-    return calls
+        keys = [lease.claim.renew_key for lease in chunk]
+        batches.append((chunk, RunScript(ScriptName.RENEW, keys, args)))
+    return batches
 
 
-def renewal_answers(calls: Sequence[RunScript], replies: Sequence[object]) -> list[bool | None]:
-    """One answer per renewal, in order: True kept, False lost, None no answer (an error)."""
-    answers: list[bool | None] = []
-    for call, reply in zip(calls, replies, strict=True):
-        if isinstance(reply, list):
-            answers += [int(flag) == 1 for flag in reply]
-        else:
-            answers += [None] * len(call.keys)
-    return answers
+def renewal_answers(
+    due: Sequence[Lease], batches: Sequence[Batch], replies: Sequence[object]
+) -> list[bool | None]:
+    """One answer per lease of ``due``: True kept, False lost, None no answer (an error)."""
+    answers: dict[Lease, bool | None] = {}
+    for (leases, _), reply in zip(batches, replies, strict=True):
+        flags = reply if isinstance(reply, list) else [None] * len(leases)
+        for lease, flag in zip(leases, flags, strict=True):
+            answers[lease] = None if flag is None else int(flag) == 1
+    return [answers.get(lease) for lease in due]

@@ -32,11 +32,15 @@ class PubSubCommands:
 
 MESSAGE_KINDS = frozenset({b"message", b"smessage"})
 CONFIRM_KINDS = frozenset({b"subscribe", b"ssubscribe"})
+MOVED_KINDS = frozenset({b"sunsubscribe"})
+"""A shard channel's unsubscribe: ours (the channel has no waiter left) or the server's,
+when the channel's slot moved to another node."""
 
 
 @dataclass(frozen=True)
 class Push:
-    """A pub/sub push: a ``message`` with its payload, or a subscription ``confirm``."""
+    """A pub/sub push: a ``message`` with its payload, a subscription ``confirm``, or a
+    shard channel's unsubscribe (``moved``)."""
 
     kind: str
     channel: str
@@ -54,6 +58,8 @@ def classify(reply: object) -> Push | None:
         return Push("message", channel, payload)
     if kind.encode() in CONFIRM_KINDS:
         return Push("confirm", channel, payload)
+    if kind.encode() in MOVED_KINDS:
+        return Push("moved", channel, payload)
     return None
 
 

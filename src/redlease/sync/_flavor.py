@@ -13,6 +13,8 @@ from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
+from redis.cluster import RedisCluster
+
 from redlease.core.base import Owner
 from redlease.core.lease import Lease, LostCallback, run_callbacks
 
@@ -77,6 +79,29 @@ def concurrently(calls: Sequence[Callable[[], T]]) -> list[T | BaseException]:
         except Exception as exc:
             results.append(exc)
     return results
+
+
+def is_cluster(client: Any) -> bool:
+    return isinstance(client, RedisCluster)
+
+
+def node_of(client: Any, key: str) -> tuple[str, Callable[[], Any], Any]:
+    """Where ``key`` lives: the node's name, a connection factory and a client for it.
+
+    A plain client is one node. On a cluster the node is the primary owning the key's slot,
+    as the client's slot map says (refresh it with :func:`refresh_topology`).
+    """
+    if not is_cluster(client):
+        pool = client.connection_pool
+        return "main", pool.make_connection, client
+    node = client.get_node_from_key(key)
+    node_client = node.redis_connection
+    return node.name, node_client.connection_pool.make_connection, node_client
+
+
+def refresh_topology(client: Any) -> None:
+    if is_cluster(client):
+        client.nodes_manager.initialize()
 
 
 Guard = threading.RLock

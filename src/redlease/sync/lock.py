@@ -10,6 +10,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis import Redis
+from redis.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
 from redlease.core.base import (
@@ -58,7 +59,8 @@ logger = logging.getLogger("redlease")
 
 
 class Locks(LocksBase):
-    """A redlease client over one ``redis.Redis``: makes locks, owns the workers.
+    """A redlease client over one ``redis.Redis`` (or ``RedisCluster``, or a URL:
+    ``cluster=True`` makes a cluster client of it): makes locks, owns the workers.
 
     One pub/sub connection and one renewal task serve every lock of the client. Create
     it once per process (and share it between threads) and close it with ``close()`` or ``with``.
@@ -66,9 +68,10 @@ class Locks(LocksBase):
 
     def __init__(
         self,
-        client: Redis | str,
+        client: Redis | RedisCluster | str,
         *,
         prefix: str = DEFAULT_PREFIX,
+        cluster: bool = False,
         sharded_pubsub: bool | None = None,
         replicas: int = 0,
         replica_timeout: float = 1.0,
@@ -78,7 +81,7 @@ class Locks(LocksBase):
     ) -> None:
         super().__init__(prefix=prefix, clock=clock, token_factory=token_factory)
         self._owns_client = isinstance(client, str)
-        self.client: Redis = Redis.from_url(client) if isinstance(client, str) else client
+        self.client: Any = _client(client, cluster)
         self.scripts = Scripts(self.client)
         self.notifier = Notifier(self.client, self.commands, clock)
         self.renewer = Renewer(self)
@@ -175,12 +178,12 @@ class Locks(LocksBase):
 
     def renew_batch(self, due: list[Lease]) -> list[bool | None]:
         """Renew due leases in one pipelined round trip; one answer per lease."""
-        calls = renewal_calls(due)
+        batches = renewal_calls(due, per_slot=self.scripts.cluster)
         try:
-            replies = self.scripts.run_many(calls)
+            replies = self.scripts.run_many([call for _, call in batches])
         except NETWORK_ERRORS as exc:
-            replies = [exc] * len(calls)
-        return renewal_answers(calls, replies)
+            replies = [exc] * len(batches)
+        return renewal_answers(due, batches, replies)
 
     def commands(self) -> PubSubCommands:
         """Which pub/sub commands this server has; asked once per client."""
@@ -203,7 +206,7 @@ class Locks(LocksBase):
     @property
     def atomic_multi(self) -> bool:
         """Whether one script may take several locks at once (not across cluster slots)."""
-        return True
+        return not self.scripts.cluster
 
     def obtain(self, request: AcquireRequest) -> Grant | None:
         """Run an acquisition; an interrupted one gives back whatever it may have got."""
@@ -282,6 +285,12 @@ class Locks(LocksBase):
         traceback: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _client(client: Redis | RedisCluster | str, cluster: bool) -> Redis | RedisCluster:
+    if not isinstance(client, str):
+        return client
+    return RedisCluster.from_url(client) if cluster else Redis.from_url(client)
 
 
 class Lock(LockBase["Locks"]):

@@ -1,10 +1,12 @@
 # Generated from redlease/aio/notify.py by tools/unasync.py; edit that file instead.
-"""One pub/sub connection per client, shared by every waiter of that client.
+"""One pub/sub connection per client (per node on a cluster), shared by every waiter.
 
-A reader worker owns the connection's input; subscribers send (under a guard) and wait
+A reader worker owns each connection's input; subscribers send (under a guard) and wait
 for the server's confirmation, so a hand-off published after ``subscribe`` returns
-cannot be missed. If the connection drops, the reader reconnects, resubscribes and
-wakes every waiter so each tries again (a message may have been lost meanwhile).
+cannot be missed. If a connection drops, its reader reconnects (on a cluster: to the
+node that owns each channel's slot now), resubscribes and wakes every waiter it carried,
+so each tries again (a message may have been lost meanwhile). A server that unsubscribes
+us itself (its slot moved away) gets the same treatment for that channel.
 """
 
 from __future__ import annotations
@@ -14,12 +16,20 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from redis import Redis
-
 from redlease.core.protocol import NETWORK_ERRORS, Clock, Handoff
 from redlease.core.subscriptions import ChannelBook, PubSubCommands, classify, handoff_of
 from redlease.errors import ServerUnavailable
-from redlease.sync._flavor import Flag, Guard, Wakeup, Worker, prepare_pubsub, read_push, sleep
+from redlease.sync._flavor import (
+    Flag,
+    Guard,
+    Wakeup,
+    Worker,
+    node_of,
+    prepare_pubsub,
+    read_push,
+    refresh_topology,
+    sleep,
+)
 
 logger = logging.getLogger("redlease")
 CONFIRM_TIMEOUT_S = 10.0
@@ -43,10 +53,21 @@ class Waiter:
         self.notifier.leave(self)
 
 
+class Link:
+    """The pub/sub connection to one node, and the channels subscribed on it."""
+
+    def __init__(self, name: str, connect: Callable[[], Any]) -> None:
+        self.name = name
+        self.connect = connect
+        self.connection: Any = None  # redis-py's connection classes are untyped
+        self.reader: Worker | None = None
+        self.channels: set[str] = set()
+
+
 class Notifier:
     def __init__(
         self,
-        client: Redis,
+        client: Any,
         commands: Callable[[], PubSubCommands],
         clock: Clock = time.monotonic,
     ) -> None:
@@ -55,26 +76,33 @@ class Notifier:
         self._commands = commands
         self._book: ChannelBook[Waiter] = ChannelBook()
         self._confirmed: dict[str, Flag] = {}
-        self._connection: Any = None  # redis-py's connection classes are untyped
-        self._reader: Worker | None = None
+        self._links: dict[str, Link] = {}
+        self._link_of: dict[str, Link] = {}
         self._closing = False
         self._guard = Guard()
 
     def channels(self) -> list[str]:
         return self._book.channels()
 
+    def connections(self) -> int:
+        """Open pub/sub connections (one per node that carries a waiting channel)."""
+        return sum(1 for link in self._links.values() if link.connection is not None)
+
     def subscribe(self, channel: str) -> Waiter:
         waiter = Waiter(self, channel)
         commands = self._commands()
+        name, connect, _ = node_of(self._client, channel)
         with self._guard:
-            connection = self._connected()
             if self._book.add(channel, waiter):
                 self._confirmed[channel] = Flag()
                 try:
-                    connection.send_command(commands.subscribe, channel)
+                    link = self._linked(name, connect)
+                    link.connection.send_command(commands.subscribe, channel)
                 except NETWORK_ERRORS:
                     self._book.remove(channel, waiter)
                     raise
+                link.channels.add(channel)
+                self._link_of[channel] = link
             confirmed = self._confirmed[channel]
         try:
             ok = confirmed.wait(CONFIRM_TIMEOUT_S)
@@ -92,43 +120,52 @@ class Notifier:
             if not self._book.remove(waiter.channel, waiter):
                 return
             self._confirmed.pop(waiter.channel, None)
-            if self._connection is not None:
+            link = self._link_of.pop(waiter.channel, None)
+            if link is None:
+                return
+            link.channels.discard(waiter.channel)
+            if link.connection is not None:
                 try:
-                    self._connection.send_command(commands.unsubscribe, waiter.channel)
+                    link.connection.send_command(commands.unsubscribe, waiter.channel)
                 except NETWORK_ERRORS:
                     logger.debug("unsubscribe from %r failed; reconnecting", waiter.channel)
 
     def close(self) -> None:
         self._closing = True
-        if self._reader is not None:
-            self._reader.stop()
-            self._reader = None
+        for link in list(self._links.values()):
+            if link.reader is not None:
+                link.reader.stop()
+                link.reader = None
         with self._guard:
-            if self._connection is not None:
-                self._connection.disconnect()
-                self._connection = None
+            for link in self._links.values():
+                if link.connection is not None:
+                    link.connection.disconnect()
+                    link.connection = None
+            self._links.clear()
         self._closing = False
 
-    def _connected(self) -> Any:
-        if self._connection is None:
-            pool: Any = self._client.connection_pool
-            connection = pool.make_connection()
+    def _linked(self, name: str, connect: Callable[[], Any]) -> Link:
+        link = self._links.get(name)
+        if link is None:
+            link = self._links[name] = Link(name, connect)
+        if link.connection is None:
+            connection = link.connect()
             prepare_pubsub(connection)
             connection.connect()
-            self._connection = connection
-        if self._reader is None or not self._reader.alive():
-            self._reader = Worker(self._read, "redlease-notifier")
-        return self._connection
+            link.connection = connection
+        if link.reader is None or not link.reader.alive():
+            link.reader = Worker(lambda: self._read(link), f"redlease-notifier-{name}")
+        return link
 
-    def _read(self) -> None:
+    def _read(self, link: Link) -> None:
         while not self._closing:
-            connection = self._connection
+            connection = link.connection
             if connection is None:
                 return
             try:
                 reply = read_push(connection)
             except NETWORK_ERRORS:
-                if self._closing or not self._reconnect():
+                if self._closing or not self._reconnect(link):
                     return
                 continue
             if reply is not None:
@@ -138,6 +175,10 @@ class Notifier:
         push = classify(reply)
         if push is None:
             return
+        if push.kind == "moved":
+            if self._book.waiters(push.channel):
+                self._rehome([push.channel])
+            return
         with self._guard:
             if push.kind == "message":
                 for waiter in self._book.waiters(push.channel):
@@ -146,28 +187,63 @@ class Notifier:
             elif (flag := self._confirmed.get(push.channel)) is not None:
                 flag.set()
 
-    def _reconnect(self) -> bool:
-        """Reconnect with bounded backoff, resubscribe, and wake everyone to try again."""
+    def _rehome(self, channels: list[str]) -> None:
+        """Subscribe channels again where their slot lives now, and wake their waiters."""
+        refresh_topology(self._client)
+        commands = self._commands()
+        for channel in channels:
+            name, connect, _ = node_of(self._client, channel)
+            with self._guard:
+                if not self._book.waiters(channel):
+                    continue
+                old = self._link_of.get(channel)
+                if old is not None:
+                    old.channels.discard(channel)
+                link = self._linked(name, connect)
+                link.connection.send_command(commands.subscribe, channel)
+                link.channels.add(channel)
+                self._link_of[channel] = link
+                for waiter in self._book.waiters(channel):
+                    waiter.wakeup.set()
+
+    def _reconnect(self, link: Link) -> bool:
+        """Reconnect with bounded backoff, resubscribe, and wake everyone to try again.
+
+        On a cluster a node that stays down gives its channels to the nodes that own their
+        slots now (after a failover, the promoted replica).
+        """
         commands = self._commands()
         for delay in RECONNECT_DELAYS:
             with self._guard:
-                connection = self._connection
+                connection = link.connection
                 if connection is None or self._closing:
                     return False
                 try:
                     connection.disconnect()
                     connection.connect()
-                    for channel in self._book.channels():
+                    for channel in link.channels:
                         connection.send_command(commands.subscribe, channel)
                 except NETWORK_ERRORS:
                     logger.debug("notifier reconnect failed; retrying in %.2f s", delay)
                 else:
-                    for waiter in self._book.everyone():
-                        waiter.wakeup.set()
+                    for channel in link.channels:
+                        for waiter in self._book.waiters(channel):
+                            waiter.wakeup.set()
                     return True
+            if link.name != "main":
+                try:
+                    self._rehome(list(link.channels))
+                except NETWORK_ERRORS:
+                    logger.debug("could not move the channels of %s yet", link.name)
+                if not link.channels:
+                    with self._guard:
+                        self._links.pop(link.name, None)
+                        link.connection = None
+                    return False
             sleep(delay)
         with self._guard:
-            self._connection = None
-            for waiter in self._book.everyone():
-                waiter.wakeup.set()
+            link.connection = None
+            for channel in link.channels:
+                for waiter in self._book.waiters(channel):
+                    waiter.wakeup.set()
         return False

@@ -1,5 +1,10 @@
 # Generated from redlease/aio/scripts.py by tools/unasync.py; edit that file instead.
-"""Run the server-side scripts by SHA, loading them when the server does not know them."""
+"""Run the server-side scripts by SHA, loading them when the server does not know them.
+
+On a cluster every script call touches one slot; calls that go together (renewals, a
+write and its WAIT) are pipelined per node, straight to the node that owns their slot,
+since a cluster pipeline refuses scripts.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +12,20 @@ from collections.abc import Sequence
 from typing import Any
 
 from redis import Redis
-from redis.exceptions import NoScriptError
+from redis.cluster import RedisCluster
+from redis.exceptions import NoScriptError, ResponseError
 
 from redlease.core.ops import RunScript
 from redlease.core.replication import ReplicaAcks
+from redlease.sync._flavor import concurrently, is_cluster, node_of, refresh_topology
+
+Command = Sequence[str | int]
 
 
 class Scripts:
-    def __init__(self, client: Redis) -> None:
+    def __init__(self, client: Redis | RedisCluster) -> None:
         self.client = client
+        self.cluster = is_cluster(client)
 
     def run(self, op: RunScript) -> Any:
         if op.acks is not None:
@@ -28,15 +38,16 @@ class Scripts:
 
     def _acknowledged(self, op: RunScript, acks: ReplicaAcks) -> Any:
         """The script and WAIT (and WAITAOF) on one connection: WAIT counts its writes."""
-        replies = self._pipelined([op], acks.commands())
+        replies = self._on_node(op.keys[0], [op], acks.commands())
         if isinstance(replies[0], NoScriptError):
             self.client.script_load(op.script.source)
-            replies = self._pipelined([op], acks.commands())
+            replies = self._on_node(op.keys[0], [op], acks.commands())
         return acks.check(replies)
 
     def run_many(self, ops: Sequence[RunScript]) -> list[Any]:
-        """Send many calls in one pipelined round trip; a failed call's reply is its error."""
-        replies = self._pipelined(ops)
+        """Send many calls in one pipelined round trip per node; a failed call's reply is
+        its error."""
+        replies = self._spread(ops)
         missing = {
             op.script
             for op, reply in zip(ops, replies, strict=True)
@@ -44,14 +55,52 @@ class Scripts:
         }
         for script in missing:
             self.client.script_load(script.source)
-        return self._pipelined(ops) if missing else replies
+        if any(_moved(reply) for reply in replies):
+            refresh_topology(self.client)
+        return self._spread(ops) if missing else replies
 
-    def _pipelined(
-        self, ops: Sequence[RunScript], then: Sequence[Sequence[str | int]] = ()
+    def _spread(self, ops: Sequence[RunScript]) -> list[Any]:
+        if not self.cluster:
+            return self._pipelined(self.client, ops)
+        by_node: dict[str, list[int]] = {}
+        for index, op in enumerate(ops):
+            name, _, _ = node_of(self.client, op.keys[0])
+            by_node.setdefault(name, []).append(index)
+        groups = list(by_node.values())
+        results = concurrently([self._group(ops, group) for group in groups])
+        replies: list[Any] = [None] * len(ops)
+        for group, result in zip(groups, results, strict=True):
+            for index, reply in zip(group, _spread_error(result, len(group)), strict=True):
+                replies[index] = reply
+        return replies
+
+    def _group(self, ops: Sequence[RunScript], group: list[int]) -> Any:
+        def send() -> list[Any]:
+            return self._on_node(ops[group[0]].keys[0], [ops[i] for i in group])
+
+        return send
+
+    def _on_node(
+        self, key: str, ops: Sequence[RunScript], then: Sequence[Command] = ()
     ) -> list[Any]:
-        pipe: Any = self.client.pipeline(transaction=False)
+        _, _, client = node_of(self.client, key)
+        return self._pipelined(client, ops, then)
+
+    @staticmethod
+    def _pipelined(
+        client: Any, ops: Sequence[RunScript], then: Sequence[Command] = ()
+    ) -> list[Any]:
+        pipe: Any = client.pipeline(transaction=False)
         for op in ops:
             pipe.evalsha(op.script.sha, len(op.keys), *op.keys, *op.args)
         for command in then:
             pipe.execute_command(*command)
         return list(pipe.execute(raise_on_error=False))
+
+
+def _spread_error(result: Any, count: int) -> list[Any]:
+    return result if isinstance(result, list) else [result] * count
+
+
+def _moved(reply: Any) -> bool:
+    return isinstance(reply, ResponseError) and str(reply).startswith(("MOVED", "ASK"))
