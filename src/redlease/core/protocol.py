@@ -216,7 +216,7 @@ def multi_acquire_flow(
     fences: dict[int, int] = {}
     granted_at: dict[int, float] = {}
     while True:
-        busy = next(index for index in range(len(claims)) if index not in fences)
+        busy = next((index for index in range(len(claims)) if index not in fences), 0)
         if atomic:
             sent_at = clock()
             try:

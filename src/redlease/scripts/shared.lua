@@ -59,17 +59,22 @@ local function dispatch(me)
     local rest = string.sub(head, 3)
     local sep = string.find(rest, ':', 1, true)
     local lease_ms, who = tonumber(string.sub(rest, 1, sep - 1)), string.sub(rest, sep + 1)
-    if not can_enter(want) then
-      return nil
-    end
-    redis.call('lpop', queue)
-    local fence = redis.call('incr', fence_key)
-    if head == me then
-      grant(want, who, lease_ms)
-      return fence
-    end
-    if redis.call(ARGV[6], ARGV[7] .. who, fence .. ':' .. now) > 0 then
-      grant(want, who, lease_ms)
+    local numsub = ARGV[6] == 'spublish' and 'shardnumsub' or 'numsub'
+    if head ~= me and redis.call('pubsub', numsub, ARGV[7] .. who)[2] == 0 then
+      redis.call('lpop', queue)  -- a waiter nobody listens for any more: skip it now
+    else
+      if not can_enter(want) then
+        return nil
+      end
+      redis.call('lpop', queue)
+      local fence = redis.call('incr', fence_key)
+      if head == me then
+        grant(want, who, lease_ms)
+        return fence
+      end
+      if redis.call(ARGV[6], ARGV[7] .. who, fence .. ':' .. now) > 0 then
+        grant(want, who, lease_ms)
+      end
     end
   end
   return nil
@@ -131,6 +136,7 @@ end
 -- release
 if ARGV[8] ~= '' then
   redis.call('lrem', queue, 1, ARGV[8])
+  dispatch(nil)
 end
 local done = redis.call('get', latch)
 if done then
