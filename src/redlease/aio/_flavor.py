@@ -6,6 +6,7 @@ import asyncio
 import functools
 import inspect
 import logging
+import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -31,6 +32,35 @@ def current_owner() -> Owner:
     return Owner("task", task, task.get_name())
 
 
+async def _wait_event(event: asyncio.Event, timeout: float | None) -> bool:
+    """Wait for ``event`` up to ``timeout``; a cancellation always propagates.
+
+    ``asyncio.wait_for`` can swallow a cancellation that lands in the same loop turn as
+    the event (CPython gh-86296), which left a cancelled waiter waiting out a holder's TTL.
+    """
+    if sys.version_info >= (3, 11):
+        try:
+            async with asyncio.timeout(timeout):
+                await event.wait()
+        except TimeoutError:
+            return False
+        return True
+    waiter = asyncio.ensure_future(event.wait())
+    done, _ = await asyncio.wait([waiter], timeout=timeout)
+    if not done:
+        waiter.cancel()
+        return False
+    return True
+
+
+def check_cancelled() -> None:
+    """Raise if the current task was asked to stop, even if a library swallowed the signal."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    if cancelling is not None and cancelling():
+        raise asyncio.CancelledError
+
+
 class Wakeup:
     """A settable flag a waiter can block on with a timeout; cleared after each wait."""
 
@@ -42,12 +72,9 @@ class Wakeup:
 
     async def wait(self, timeout: float | None) -> bool:
         try:
-            await asyncio.wait_for(self._event.wait(), timeout)
-        except asyncio.TimeoutError:
-            return False
+            return await _wait_event(self._event, timeout)
         finally:
             self._event.clear()
-        return True
 
 
 class Flag:
@@ -60,11 +87,7 @@ class Flag:
         self._event.set()
 
     async def wait(self, timeout: float) -> bool:
-        try:
-            await asyncio.wait_for(self._event.wait(), timeout)
-        except asyncio.TimeoutError:
-            return False
-        return True
+        return await _wait_event(self._event, timeout)
 
 
 async def concurrently(calls: Sequence[Callable[[], Awaitable[T]]]) -> list[T | BaseException]:

@@ -12,7 +12,14 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
-from redlease.aio._flavor import INTERRUPTIONS, current_owner, fire, shielded, wrap_locked
+from redlease.aio._flavor import (
+    INTERRUPTIONS,
+    check_cancelled,
+    current_owner,
+    fire,
+    shielded,
+    wrap_locked,
+)
 from redlease.aio.notify import AsyncNotifier, AsyncWaiter
 from redlease.aio.renewer import AsyncRenewer
 from redlease.aio.scripts import Scripts
@@ -259,6 +266,7 @@ class AsyncLocks(LocksBase):
                         waiter = await self.notifier.subscribe(operation.channel)
                     else:
                         assert waiter is not None
+                        check_cancelled()
                         reply = await waiter.wait(operation.seconds)
                 except NETWORK_ERRORS as exc:
                     error = exc

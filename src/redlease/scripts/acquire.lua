@@ -46,6 +46,11 @@ if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   end
   return {1, fence}
 end
+if ARGV[6] == '2' and redis.pcall('get', KEYS[1]) == ARGV[1] then
+  -- handed to us while we waited, and the message was lost (a reconnect): it is ours
+  redis.call('lrem', KEYS[3], 1, member)
+  return {1, tonumber(redis.call('get', KEYS[2]))}
+end
 local pttl = redis.call('pttl', KEYS[1])
 if pttl < 0 then
   return {-1, redis.call('type', KEYS[1]).ok}

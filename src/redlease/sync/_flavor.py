@@ -31,6 +31,10 @@ def current_owner() -> Owner:
     return Owner("thread", threading.get_ident(), thread.name)
 
 
+def check_cancelled() -> None:
+    """Threads are not cancelled: nothing to check (see the asyncio flavour)."""
+
+
 class Wakeup:
     """A settable flag a waiter can block on with a timeout; cleared after each wait."""
 

@@ -41,7 +41,14 @@ from redlease.core.subscriptions import PubSubCommands
 from redlease.core.templates import KeyTemplate
 from redlease.errors import LeaseLost, LockTimeout, NotReplicated
 from redlease.keys import DEFAULT_PREFIX, LockKeys, ttl_to_ms
-from redlease.sync._flavor import INTERRUPTIONS, current_owner, fire, shielded, wrap_locked
+from redlease.sync._flavor import (
+    INTERRUPTIONS,
+    check_cancelled,
+    current_owner,
+    fire,
+    shielded,
+    wrap_locked,
+)
 from redlease.sync.notify import Notifier, Waiter
 from redlease.sync.renewer import Renewer
 from redlease.sync.scripts import Scripts
@@ -260,6 +267,7 @@ class Locks(LocksBase):
                         waiter = self.notifier.subscribe(operation.channel)
                     else:
                         assert waiter is not None
+                        check_cancelled()
                         reply = waiter.wait(operation.seconds)
                 except NETWORK_ERRORS as exc:
                     error = exc

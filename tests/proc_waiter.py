@@ -1,0 +1,72 @@
+"""A waiter in its own process that reports how long it believes its new lease lasts.
+
+    python tests/proc_waiter.py URL PREFIX NAME --flavor sync|async --ttl S
+
+Prints ``WAITING`` just before it asks for the lock (waiting up to 30 s), then, as soon
+as it has the lease, ``ACQUIRED <fence> <local_ms> <server_ms>``: the time left before
+``lease.expires_at`` by its own clock, and the lease key's PTTL on the server, measured
+right after one another. Releases and exits 0; ``TIMEOUT`` (status 2) if it gave up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+
+import redlease
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+def report(lease: redlease.Lease, server_ms: int) -> None:
+    local_ms = round((lease.expires_at - time.monotonic()) * 1000)
+    say(f"ACQUIRED {lease.fence} {local_ms} {server_ms}")
+
+
+def run_sync(options: argparse.Namespace) -> int:
+    with redlease.Locks(options.url, prefix=options.prefix) as locks:
+        lock = locks.lock(options.name, ttl=options.ttl, renew=False)
+        say("WAITING")
+        try:
+            lease = lock.acquire(timeout=30)
+        except redlease.LockTimeout:
+            say("TIMEOUT")
+            return 2
+        report(lease, locks.client.pttl(lock.keys.lease))
+        lock.release()
+    return 0
+
+
+async def run_async(options: argparse.Namespace) -> int:
+    async with redlease.AsyncLocks(options.url, prefix=options.prefix) as locks:
+        lock = locks.lock(options.name, ttl=options.ttl, renew=False)
+        say("WAITING")
+        try:
+            lease = await lock.acquire(timeout=30)
+        except redlease.LockTimeout:
+            say("TIMEOUT")
+            return 2
+        report(lease, await locks.client.pttl(lock.keys.lease))
+        await lock.release()
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("url")
+    parser.add_argument("prefix")
+    parser.add_argument("name")
+    parser.add_argument("--flavor", choices=["sync", "async"], default="sync")
+    parser.add_argument("--ttl", type=float, default=5.0)
+    options = parser.parse_args(argv)
+    if options.flavor == "async":
+        return asyncio.run(run_async(options))
+    return run_sync(options)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,299 @@
+"""Renewal: a held lease outlives its TTL, and a lease that ends anyway is reported lost.
+
+While a renewing lease is held, the client's one renewal worker keeps it alive, so a
+critical section may run for many TTLs and nobody else gets in. When the lease ends
+behind the holder's back (deleted, taken over, or its holder paused past the TTL), the
+holder learns it: ``on_lost`` fires and the ``with`` block raises ``LeaseLost`` once the
+body is done. Renewal never brings a lease back, and a client holding a thousand leases
+still renews them with one worker and a handful of round trips.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+import redlease
+from redlease import Lease, ReleaseOutcome
+from redlease.scripts import ScriptName
+
+TESTS = Path(__file__).resolve().parent
+HOLDER = TESTS / "holder.py"
+
+
+async def eventually(condition: Callable[[], object], within: float, every: float = 0.01) -> bool:
+    """Poll ``condition`` until it holds (True) or ``within`` seconds pass (False)."""
+    deadline = time.monotonic() + within
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(every)
+    return True
+
+
+def delete(server: redis.Redis, key: str) -> None:
+    server.delete(key)
+
+
+def steal(server: redis.Redis, key: str) -> None:
+    server.set(key, "intruder", px=10_000)
+
+
+async def acquire_all(locks: Any, names: list[str], **options: Any) -> list[Lease]:
+    if isinstance(locks, redlease.AsyncLocks):
+        return [await locks.lock(name, **options).acquire() for name in names]
+    client = locks.locks
+    return await locks.run(lambda: [client.lock(name, **options).acquire() for name in names])
+
+
+async def release_all(locks: Any, names: list[str]) -> list[ReleaseOutcome]:
+    if isinstance(locks, redlease.AsyncLocks):
+        return [await locks.lock(name).release() for name in names]
+    client = locks.locks
+    return await locks.run(lambda: [client.lock(name).release() for name in names])
+
+
+def renewal_workers(flavor: str) -> list[object]:
+    if flavor == "async":
+        return [task for task in asyncio.all_tasks() if task.get_name() == "redlease-renewer"]
+    return [
+        thread
+        for thread in threading.enumerate()
+        if thread.name.startswith("redlease-renewer") and thread.is_alive()
+    ]
+
+
+@pytest.mark.timeout(30)
+async def test_critical_section_three_times_the_ttl_keeps_its_lease(make_locks, server):
+    lock = (await make_locks()).lock("rebuild-index", ttl=0.5, renew=True)
+    rival = (await make_locks()).lock("rebuild-index", ttl=0.5)
+    rival_attempts = 0
+
+    async with lock as lease:
+        until = time.monotonic() + 1.5
+        while time.monotonic() < until:
+            assert await rival.try_acquire() is None, "nobody else may enter meanwhile"
+            rival_attempts += 1
+            assert server.get(lock.keys.lease) == lease.token
+            await asyncio.sleep(0.1)
+        assert not lease.lost
+
+    assert rival_attempts >= 10
+    assert lease.renewals >= 3
+    assert not lease.lost
+    assert not await lock.locked()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("tamper", [delete, steal], ids=["deleted", "stolen"])
+async def test_lease_ended_behind_the_holders_back_is_reported_lost(make_locks, server, tamper):
+    lock = (await make_locks()).lock("settlement", ttl=0.6, renew=True)
+    lost: list[Lease] = []
+    leases: list[Lease] = []
+    body_finished = False
+
+    async def settle() -> None:
+        nonlocal body_finished
+        async with lock as lease:
+            leases.append(lease)
+            lease.on_lost(lost.append)
+            tamper(server, lock.keys.lease)
+            assert await eventually(lambda: lost, within=2), "renewal should notice the loss"
+            body_finished = True
+
+    with pytest.raises(redlease.LeaseLost) as raised:
+        await settle()
+
+    assert body_finished, "LeaseLost comes after the body, not in the middle of it"
+    (lease,) = leases
+    assert lost == [lease]
+    assert lease.lost
+    assert raised.value.name == "settlement"
+    if tamper is steal:
+        assert server.get(lock.keys.lease) == "intruder", "the new owner's key is left alone"
+    else:
+        assert not server.exists(lock.keys.lease)
+
+
+@pytest.mark.timeout(30)
+async def test_lease_deleted_between_renewals_is_reported_at_exit(make_locks, server):
+    lock = (await make_locks()).lock("settlement")  # 30 s lease: no renewal due in the body
+    lost: list[Lease] = []
+    leases: list[Lease] = []
+
+    async def settle() -> None:
+        async with lock as lease:
+            leases.append(lease)
+            lease.on_lost(lost.append)
+            server.delete(lock.keys.lease)
+            assert not lost
+
+    with pytest.raises(redlease.LeaseLost):
+        await settle()
+
+    assert lost == leases
+
+
+@pytest.mark.timeout(30)
+async def test_renewal_never_resurrects_a_deleted_lease(make_locks, server):
+    lock = (await make_locks()).lock("quota", ttl=0.3, renew=True)
+    lease = await lock.acquire()
+    assert await eventually(lambda: lease.renewals >= 1, within=2)
+
+    server.delete(lock.keys.lease)
+    seen_again = False
+    until = time.monotonic() + 1.0  # more than three renewal periods
+    while time.monotonic() < until:
+        seen_again = seen_again or bool(server.exists(lock.keys.lease))
+        await asyncio.sleep(0.02)
+
+    assert not seen_again, "a renewal recreated a deleted lease"
+    assert lease.lost
+    assert await lock.release() is ReleaseOutcome.EXPIRED
+
+
+@pytest.mark.timeout(40)
+async def test_paused_holder_learns_it_lost_the_lease(make_locks, flavor, redlease_url, prefix):
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(HOLDER),
+        redlease_url,
+        prefix,
+        "backup",
+        "--flavor",
+        flavor,
+        "--ttl",
+        "1",
+        "--renew",
+        "--hold",
+        "3",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        first = await asyncio.wait_for(process.stdout.readline(), 10)
+        assert first.startswith(b"ACQUIRED "), first
+        process.send_signal(signal.SIGSTOP)  # a long GC pause, a frozen VM...
+        paused_at = time.monotonic()
+
+        successor = (await make_locks()).lock("backup", ttl=10)
+        lease = await successor.acquire(timeout=5)
+        assert time.monotonic() - paused_at < 2.0, "the paused holder's lease runs out"
+        assert lease.fence > int(first.split()[1])
+        await asyncio.sleep(max(0.0, paused_at + 2.0 - time.monotonic()))
+
+        process.send_signal(signal.SIGCONT)
+        resumed_at = time.monotonic()
+        learned = await asyncio.wait_for(process.stdout.readline(), 5)
+        assert learned.startswith(b"LOST "), learned
+        assert time.monotonic() - resumed_at < 1.0, "its renewal should tell it at once"
+
+        output, errors = await asyncio.wait_for(process.communicate(), 10)
+        assert output.decode().split() == ["RELEASED", "expired"], errors.decode()
+        assert process.returncode == 3
+        assert await successor.owned(), "the paused holder must not touch its successor's lease"
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGCONT)
+            process.kill()
+            await process.wait()
+
+
+@pytest.mark.timeout(40)
+async def test_thousand_leases_are_renewed_by_one_worker_in_batches(make_locks, flavor):
+    already_running = renewal_workers(flavor)  # left by other clients, if any
+    locks = await make_locks()
+    shards = [f"shard-{number}" for number in range(1000)]
+    leases = await acquire_all(locks, shards, ttl=1.5, renew=True)
+    await asyncio.sleep(3.5 - (time.monotonic() - min(lease.acquired_at for lease in leases)))
+
+    workers = [worker for worker in renewal_workers(flavor) if worker not in already_running]
+    assert len(workers) == 1, f"one renewal worker per client, found {workers}"
+    assert not [lease.name for lease in leases if lease.lost]
+    assert min(lease.renewals for lease in leases) >= 1
+    renewed = sum(lease.renewals for lease in leases)
+    round_trips = locks.renewer.round_trips
+    assert 0 < round_trips <= renewed / 50, f"{renewed} renewals took {round_trips} round trips"
+    outcomes = await release_all(locks, shards)
+    assert set(outcomes) == {ReleaseOutcome.RELEASED}
+
+
+def lose_first_release_reply(
+    monkeypatch: pytest.MonkeyPatch, locks: Any, meanwhile: Callable[[], Any]
+) -> list[object]:
+    """Make the client's first release run on the server but its reply never arrive.
+
+    ``meanwhile`` runs between the lost reply and the client's retry; the list returned
+    collects what the server answered to each release attempt.
+    """
+    scripts = getattr(locks, "locks", locks).scripts
+    run, answers = scripts.run, []
+
+    def lost(reply: object) -> object:
+        answers.append(reply)
+        if len(answers) == 1:
+            raise redis.exceptions.ConnectionError("connection reset before the reply arrived")
+        return reply
+
+    if isinstance(locks, redlease.AsyncLocks):
+
+        async def run_async(operation: Any) -> object:
+            reply = await run(operation)
+            if operation.script is not ScriptName.RELEASE:
+                return reply
+            if not answers:
+                await meanwhile()
+            return lost(reply)
+
+        monkeypatch.setattr(scripts, "run", run_async)
+    else:
+
+        def run_sync(operation: Any) -> object:
+            reply = run(operation)
+            if operation.script is not ScriptName.RELEASE:
+                return reply
+            if not answers:
+                meanwhile()
+            return lost(reply)
+
+        monkeypatch.setattr(scripts, "run", run_sync)
+    return answers
+
+
+@pytest.mark.timeout(30)
+async def test_release_retried_after_a_lost_reply_gets_the_same_answer(
+    make_locks, server, monkeypatch
+):
+    locks, successor_locks = await make_locks(), await make_locks()
+    lock = locks.lock("ledger", ttl=10)
+    successor = successor_locks.lock("ledger", ttl=10, owner="successor")
+    taken_over: list[Lease] = []
+
+    def take_over_sync() -> None:
+        again = successor_locks.locks.lock("ledger", ttl=10, owner="successor")
+        taken_over.append(again.acquire(timeout=0))
+
+    async def take_over_async() -> None:
+        taken_over.append(await successor.acquire(timeout=0))
+
+    async_flavour = isinstance(locks, redlease.AsyncLocks)
+    answers = lose_first_release_reply(
+        monkeypatch, locks, take_over_async if async_flavour else take_over_sync
+    )
+    await lock.acquire()
+
+    assert await lock.release() is ReleaseOutcome.RELEASED
+    assert len(answers) == 2, "the lost reply should have been retried once"
+    assert answers[0] == answers[1], "the retry should get the first answer"
+    (lease,) = taken_over
+    assert server.get(lock.keys.lease) == lease.token, "the retry must not free the new lease"
+    assert await successor.owned()

@@ -1,0 +1,327 @@
+"""Waiting for a held lock: woken at once, silent while blocked, and leaving nothing behind.
+
+A waiter subscribes to its lock's wake-up channel, so a release wakes it within a round
+trip and an expiry (which publishes nothing) wakes it when the holder's TTL runs out.
+While it waits it sends the server nothing, however many waiters one client has: they
+share one pub/sub connection. A wait that ends without the lock (timeout, cancellation,
+Ctrl-C) unsubscribes and leaves no key behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+import redlease
+from redlease import Lease, ReleaseOutcome
+
+TESTS = Path(__file__).resolve().parent
+INTERRUPTED_WAITER = TESTS / "proc_interrupted_waiter.py"
+WAITER = TESTS / "proc_waiter.py"
+
+
+async def eventually(condition: Callable[[], object], within: float, every: float = 0.01) -> bool:
+    """Poll ``condition`` until it holds (True) or ``within`` seconds pass (False)."""
+    deadline = time.monotonic() + within
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(every)
+    return True
+
+
+def listening(server: redis.Redis, prefix: str) -> list[str]:
+    """The channels under ``prefix`` someone is subscribed to (sharded or classic)."""
+    pattern = f"{prefix}*"
+    sharded = server.execute_command("PUBSUB", "SHARDCHANNELS", pattern)
+    return sorted(sharded + server.execute_command("PUBSUB", "CHANNELS", pattern))
+
+
+def subscriber_connections(server: redis.Redis) -> list[dict[str, Any]]:
+    """The server's connections that have any subscription, from ``CLIENT LIST``."""
+    return [
+        client
+        for client in server.client_list()
+        if "P" in client["flags"]
+        or any(int(client.get(field, 0)) > 0 for field in ("sub", "psub", "ssub"))
+    ]
+
+
+def commands_served(server: redis.Redis) -> dict[str, int]:
+    """Calls per command so far, leaving out the INFO that asks."""
+    stats = server.info("commandstats")
+    return {
+        name.removeprefix("cmdstat_"): int(stat["calls"])
+        for name, stat in stats.items()
+        if name != "cmdstat_info"
+    }
+
+
+def keys_under(server: redis.Redis, prefix: str) -> set[str]:
+    return set(server.scan_iter(match=f"{prefix}*"))
+
+
+async def take_in_turn(locks: Any, names: list[str], hold: float) -> list[Lease]:
+    """Take each name in ``names`` with an owner of its own (a task, or a thread for the
+    sync flavour), hold it for ``hold`` seconds and release it; all at the same time."""
+    if isinstance(locks, redlease.AsyncLocks):
+
+        async def one_task(name: str) -> Lease:
+            async with locks.lock(name, timeout=15) as lease:
+                await asyncio.sleep(hold)
+            return lease
+
+        return list(await asyncio.gather(*(one_task(name) for name in names)))
+
+    def one_thread(name: str) -> Lease:
+        with locks.locks.lock(name, timeout=15) as lease:
+            time.sleep(hold)
+        return lease
+
+    loop = asyncio.get_running_loop()
+    with ThreadPoolExecutor(len(names), thread_name_prefix="waiter") as pool:
+        return list(
+            await asyncio.gather(*(loop.run_in_executor(pool, one_thread, n) for n in names))
+        )
+
+
+@pytest.mark.timeout(30)
+async def test_waiter_wakes_as_soon_as_the_holder_releases(make_locks, server, prefix):
+    holder = (await make_locks()).lock("monthly-report", ttl=20)
+    waiter = (await make_locks()).lock("monthly-report", ttl=20, owner="report-worker")
+    await holder.acquire()
+
+    started = time.monotonic()
+    waiting = asyncio.create_task(waiter.acquire(timeout=10))
+    assert await eventually(lambda: listening(server, prefix), within=3)
+    await asyncio.sleep(max(0.0, started + 0.3 - time.monotonic()))
+    released_at = time.monotonic()
+    assert await holder.release() is ReleaseOutcome.RELEASED
+    lease = await asyncio.wait_for(waiting, 5)
+    acquired_at = time.monotonic()
+
+    assert acquired_at - released_at < 0.3, "the release should wake the waiter at once"
+    assert acquired_at - started < 1.0, "far sooner than the holder's 20 s lease"
+    assert await waiter.owned()
+    assert await waiter.release() is ReleaseOutcome.RELEASED
+    assert lease.fence == 2
+
+
+@pytest.mark.timeout(30)
+async def test_waiter_takes_an_abandoned_lock_right_after_it_expires(make_locks, server):
+    holder = (await make_locks()).lock("nightly-import", ttl=1, renew=False)
+    waiter = (await make_locks()).lock("nightly-import", ttl=5)
+    before_grant = time.monotonic()
+    crashed = await holder.acquire()  # and never released: its process "crashed"
+    granted = time.monotonic()
+
+    lease = await waiter.acquire(timeout=5)
+    waited = time.monotonic()
+
+    assert waited - before_grant >= 0.95, "the abandoned lease must run out first"
+    assert waited - granted < 1.5, "the waiter should get the lock soon after the expiry"
+    assert lease.fence > crashed.fence
+    assert await waiter.release() is ReleaseOutcome.RELEASED
+
+
+@pytest.mark.timeout(30)
+async def test_blocked_waiter_sends_no_commands_while_it_waits(
+    make_locks, redlease_servers_factory, prefix
+):
+    (private,) = redlease_servers_factory(1)
+    observer = redis.Redis.from_url(private.url, decode_responses=True)
+    holder = (await make_locks(url=private.url)).lock("ledger")  # 30 s, renewed
+    waiter = (await make_locks(url=private.url)).lock("ledger", owner="ledger-worker")
+    await holder.acquire()
+    waiting = asyncio.create_task(waiter.acquire(timeout=15))
+    assert await eventually(lambda: listening(observer, prefix), within=3)
+    await asyncio.sleep(0.2)  # the second try, made once subscribed, has been answered
+
+    before = commands_served(observer)
+    await asyncio.sleep(1.5)
+    after = commands_served(observer)
+
+    assert not waiting.done()
+    served = {name: after.get(name, 0) - count for name, count in before.items()}
+    served.update({name: count for name, count in after.items() if name not in before})
+    assert {name: count for name, count in served.items() if count} == {}, (
+        "a blocked waiter should only listen on its subscription"
+    )
+    assert await holder.release() is ReleaseOutcome.RELEASED
+    await asyncio.wait_for(waiting, 5)
+    assert await waiter.release() is ReleaseOutcome.RELEASED
+    observer.close()
+
+
+@pytest.mark.timeout(30)
+async def test_many_waiters_share_one_subscriber_connection(
+    make_locks, redlease_servers_factory, prefix
+):
+    (private,) = redlease_servers_factory(1)
+    observer = redis.Redis.from_url(private.url, decode_responses=True)
+    holder_locks = await make_locks(url=private.url)
+    waiter_locks = await make_locks(url=private.url)
+    invoices = [f"invoice-{number}" for number in range(5)]
+    held = [holder_locks.lock(name) for name in invoices]
+    first_fences = {lock.name: (await lock.acquire()).fence for lock in held}
+
+    everyone = asyncio.create_task(take_in_turn(waiter_locks, invoices * 4, hold=0.02))
+    assert await eventually(lambda: len(listening(observer, prefix)) >= 5, within=5)
+    await asyncio.sleep(0.5)  # the other fifteen line up too
+    connections = subscriber_connections(observer)
+    assert len(connections) == 1, f"20 waiters should share one connection: {connections}"
+    (connection,) = connections
+    subscriptions = sum(int(connection.get(kind, 0)) for kind in ("sub", "psub", "ssub"))
+    assert subscriptions == len(listening(observer, prefix))
+
+    for lock in held:
+        assert await lock.release() is ReleaseOutcome.RELEASED
+    leases = await asyncio.wait_for(everyone, 10)
+
+    for name, first in first_fences.items():
+        fences = sorted(lease.fence for lease in leases if lease.name == name)
+        assert len(set(fences)) == 4, f"{name}: fences handed out twice: {fences}"
+        assert fences[0] > first, f"{name}: fences went back after {first}: {fences}"
+    assert await eventually(lambda: not subscriber_connections(observer), within=2)
+    observer.close()
+
+
+@pytest.mark.timeout(30)
+async def test_waiter_that_times_out_leaves_nothing_behind(make_locks, server, prefix):
+    holder = (await make_locks()).lock("payroll")
+    waiter = (await make_locks()).lock("payroll")
+    held = await holder.acquire()
+
+    started = time.monotonic()
+    with pytest.raises(redlease.LockTimeout) as timed_out:
+        await waiter.acquire(timeout=0.5)
+    gave_up_after = time.monotonic() - started
+
+    assert isinstance(timed_out.value, TimeoutError)
+    assert 0.45 <= gave_up_after < 1.5
+    assert await eventually(lambda: not listening(server, prefix), within=2)
+    assert keys_under(server, prefix) == {holder.keys.lease, holder.keys.fence}
+    assert server.get(holder.keys.lease) == held.token
+    assert await holder.owned()
+
+
+@pytest.mark.timeout(30)
+async def test_cancelled_waiter_leaves_nothing_behind(redlease_url, server, prefix):
+    async with (
+        redlease.AsyncLocks(redlease_url, prefix=prefix) as holder_locks,
+        redlease.AsyncLocks(redlease_url, prefix=prefix) as waiter_locks,
+    ):
+        holder = holder_locks.lock("payroll")
+        waiter = waiter_locks.lock("payroll")
+        held = await holder.acquire()
+        waiting = asyncio.create_task(waiter.acquire())
+        assert await eventually(lambda: listening(server, prefix), within=3)
+
+        waiting.cancel()
+        await asyncio.wait({waiting}, timeout=5)
+        assert waiting.done(), "the cancelled acquire kept waiting: the cancellation was lost"
+        assert waiting.cancelled(), f"the cancelled acquire ended with {waiting}"
+
+        assert waiter_locks.notifier.channels() == []
+        assert await eventually(lambda: not listening(server, prefix), within=2)
+        assert keys_under(server, prefix) == {holder.keys.lease, holder.keys.fence}
+        assert server.get(holder.keys.lease) == held.token
+        assert await holder.owned()
+
+
+@pytest.mark.timeout(30)
+async def test_waiter_interrupted_with_ctrl_c_leaves_nothing_behind(
+    make_locks, flavor, server, prefix, redlease_url
+):
+    holder = (await make_locks()).lock("payroll")
+    held = await holder.acquire()
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(INTERRUPTED_WAITER),
+        redlease_url,
+        prefix,
+        "payroll",
+        "--flavor",
+        flavor,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert await asyncio.wait_for(process.stdout.readline(), 10) == b"WAITING\n"
+        assert await eventually(lambda: listening(server, prefix), within=5)
+
+        process.send_signal(signal.SIGINT)
+        try:
+            interrupted = await asyncio.wait_for(process.stdout.readline(), 5)
+        except asyncio.TimeoutError:
+            pytest.fail("Ctrl-C did not end the wait: the interruption was lost")
+        assert interrupted == b"INTERRUPTED\n"
+
+        # The interrupted process is still up with its client open: nothing may linger.
+        assert await eventually(lambda: not listening(server, prefix), within=2)
+        assert keys_under(server, prefix) == {holder.keys.lease, holder.keys.fence}
+        assert server.get(holder.keys.lease) == held.token
+        assert await holder.owned()
+
+        process.stdin.close()
+        _, errors = await asyncio.wait_for(process.communicate(), 10)
+        assert process.returncode == 0, errors.decode()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+@pytest.mark.timeout(30)
+async def test_lease_handed_to_a_paused_waiter_does_not_overstate_its_time(
+    make_locks, flavor, server, prefix, redlease_url
+):
+    holder = (await make_locks()).lock("archive", ttl=20)
+    await holder.acquire()
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(WAITER),
+        redlease_url,
+        prefix,
+        "archive",
+        "--flavor",
+        flavor,
+        "--ttl",
+        "3",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert await asyncio.wait_for(process.stdout.readline(), 10) == b"WAITING\n"
+        assert await eventually(lambda: listening(server, prefix), within=5)
+        await asyncio.sleep(0.2)  # queued behind the holder
+
+        process.send_signal(signal.SIGSTOP)  # the waiter stalls (GC, swap, a busy host)...
+        assert await holder.release() is ReleaseOutcome.RELEASED
+        await asyncio.sleep(0.8)  # ...while its lease, already handed over, runs
+        process.send_signal(signal.SIGCONT)
+
+        line = await asyncio.wait_for(process.stdout.readline(), 10)
+        assert line.startswith(b"ACQUIRED "), line
+        _, _, local_ms, server_ms = line.split()
+        assert int(local_ms) <= int(server_ms) + 20, (
+            f"the waiter believes its lease lasts {int(local_ms)} ms more; "
+            f"the server ends it in {int(server_ms)} ms"
+        )
+        _, errors = await asyncio.wait_for(process.communicate(), 10)
+        assert process.returncode == 0, errors.decode()
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGCONT)
+            process.kill()
+            await process.wait()
