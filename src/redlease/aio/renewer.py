@@ -40,9 +40,9 @@ class AsyncRenewer:
     async def _run(self) -> None:
         schedule, clock = self._locks.renewals, self._locks.clock
         while not self._stopping:
-            wake_at = schedule.next_wakeup()
-            if wake_at is None or wake_at > clock():
-                await self._wakeup.wait(None if wake_at is None else wake_at - clock())
+            wake_at = schedule.next_wakeup(clock())
+            if wake_at > clock():
+                await self._wakeup.wait(wake_at - clock())
                 continue
             due = schedule.take_due(clock())
             sent_at = clock()

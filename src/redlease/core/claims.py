@@ -16,7 +16,7 @@ from redlease.core.replication import ReplicaAcks
 from redlease.keys import LockKeys
 from redlease.scripts import ScriptName
 
-RELEASE_LATCH_MS = 60_000
+RELEASE_LATCH_MS = 10_000
 """How long a release remembers its answer for a retry (the latch key's own TTL)."""
 
 STRING_LEASE, SORTED_SET_LEASE = "s", "z"

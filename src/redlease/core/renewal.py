@@ -20,6 +20,7 @@ from redlease.core.ops import RunScript
 from redlease.scripts import ScriptName
 
 RETRY_AFTER_ERROR_S = 0.2
+IDLE_LOOK_S = 1.0
 BATCH_SIZE = 500
 """Leases per renewal script call; several calls go out in one pipeline."""
 
@@ -46,12 +47,16 @@ class RenewalSchedule:
         with self._guard:
             self._due.pop(lease, None)
 
-    def next_wakeup(self) -> float | None:
-        """When the worker should next look; it remembers this to know when to be woken."""
+    def next_wakeup(self, now: float) -> float:
+        """When the worker should next look; it remembers this to know when to be woken.
+
+        With nothing due it still looks every :data:`IDLE_LOOK_S`, so a lease registered
+        later and due after that needs no wake-up: a short-lived default lease (taken and
+        released within seconds, the common case) costs the worker nothing.
+        """
         with self._guard:
-            wake = min(self._due.values(), default=None)
-            self._planned = math.inf if wake is None else wake
-            return wake
+            self._planned = min(self._due.values(), default=now + IDLE_LOOK_S)
+            return self._planned
 
     def take_due(self, now: float) -> list[Lease]:
         with self._guard:
