@@ -26,6 +26,7 @@ from redlease.core.family import MultiLease
 from redlease.core.lease import Lease, ReleaseOutcome
 from redlease.errors import (
     FenceExhausted,
+    FenceRejected,
     InvalidArgument,
     InvalidName,
     LeaseLost,
@@ -33,10 +34,12 @@ from redlease.errors import (
     LockTimeout,
     NotOwned,
     NotReplicated,
+    RowNotFound,
     ServerNotFound,
     ServerUnavailable,
     WrongKeyType,
 )
+from redlease.fencing import AsyncRedisGuard, RedisGuard, SqlGuard
 from redlease.sync.family import (
     CountDownLatch,
     MultiLock,
@@ -59,6 +62,7 @@ __all__ = [
     "AsyncMultiLock",
     "AsyncReadLock",
     "AsyncReadWriteLock",
+    "AsyncRedisGuard",
     "AsyncRedlock",
     "AsyncRedlockLock",
     "AsyncSemaphore",
@@ -66,6 +70,7 @@ __all__ = [
     "CountDownLatch",
     "FairLock",
     "FenceExhausted",
+    "FenceRejected",
     "InvalidArgument",
     "InvalidName",
     "Lease",
@@ -80,12 +85,15 @@ __all__ = [
     "NotReplicated",
     "ReadLock",
     "ReadWriteLock",
+    "RedisGuard",
     "Redlock",
     "RedlockLock",
     "ReleaseOutcome",
+    "RowNotFound",
     "Semaphore",
     "ServerNotFound",
     "ServerUnavailable",
+    "SqlGuard",
     "WriteLock",
     "WrongKeyType",
     "__version__",

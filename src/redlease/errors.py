@@ -72,6 +72,46 @@ class NotReplicated(LockError):
     """
 
 
+class FenceRejected(LockError):
+    """A fenced write was refused: another holder has the lock now; nothing was written.
+
+    ``token`` is the refused fencing token, ``newest`` the newest one the resource had
+    accepted (``None`` when unknown), ``resource`` names what was written, ``lock`` the lock
+    the token came from. ``reused`` is true when the token was equal to the newest but came
+    from another owner (a failover repeated it).
+    """
+
+    def __init__(
+        self,
+        resource: str,
+        token: int,
+        newest: int | None = None,
+        *,
+        lock: str | None = None,
+        reused: bool = False,
+    ) -> None:
+        self.resource = resource
+        self.token = token
+        self.newest = newest
+        self.lock = lock
+        self.reused = reused
+        if reused:
+            why = f"token {token} was already used by another owner (a failover repeated it)"
+        elif newest is not None:
+            why = f"token {token} is older than {newest}, the newest it accepted"
+        else:
+            why = f"token {token} is not newer than the one it holds"
+        held = f"lock {lock!r}" if lock else "the lock"
+        super().__init__(
+            f"write to {resource} refused: {why}; another holder has {held} now: "
+            "stop this work and do not retry it with this lease"
+        )
+
+
+class RowNotFound(LockError, LookupError):
+    """A fenced SQL update found no row with the given id: insert it before fencing it."""
+
+
 class FenceExhausted(LockError):
     """The fencing counter of a lock can no longer grow; no new grant can be fenced."""
 

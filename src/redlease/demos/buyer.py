@@ -112,4 +112,4 @@ def _buy_once(shop: Shop, locks: Locks | None, order_id: str, timeout: float) ->
     if locks is None:
         return shop.buy(order_id)
     with locks.lock(LOCK_NAME, timeout=timeout) as lease:
-        return shop.buy(f"{order_id}@{lease.fence}", fence=lease.fence)
+        return shop.buy(f"{order_id}@{lease.fence}", lease=lease)

@@ -14,17 +14,16 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass
-from importlib.resources import files
 
 import redis
+
+from redlease.core.lease import Lease
+from redlease.errors import FenceRejected
+from redlease.fencing import RedisGuard
 
 __all__ = ["LOCK_NAME", "Outcome", "Shop", "ShopKeys"]
 
 LOCK_NAME = "flash-sale:stock"
-
-FENCED_STOCK_WRITE = (
-    files(__package__).joinpath("fenced_stock_write.lua").read_text(encoding="utf-8")
-)
 
 
 class Outcome(enum.Enum):
@@ -63,7 +62,8 @@ class ShopKeys:
 
     @property
     def fence(self) -> str:
-        return f"{self.base}:fence"
+        """Where :class:`~redlease.RedisGuard` records the newest fence it accepted."""
+        return f"{self.stock}:fence"
 
     @property
     def lock_prefix(self) -> str:
@@ -82,7 +82,7 @@ class Shop:
         self.client = client
         self.keys = keys
         self.hold = hold
-        self._fenced_write = client.register_script(FENCED_STOCK_WRITE)
+        self._guard = RedisGuard(client)
 
     def open(self, stock: int) -> None:
         """Put ``stock`` items on sale, with no orders and no fence seen yet."""
@@ -91,19 +91,29 @@ class Shop:
             pipe.set(self.keys.stock, stock)
             pipe.execute()
 
-    def buy(self, order_id: str, fence: int | None = None) -> Outcome:
-        """Read, check, work, write: atomic only if the caller holds the lock around it."""
+    def buy(self, order_id: str, lease: Lease | None = None) -> Outcome:
+        """Read, check, work, write: atomic only if the caller holds the lock around it.
+
+        Under a lease the shop first records the lease's fence (``claim``), so a holder
+        whose lease ended cannot slip a stale write in between this read and this write.
+        """
+        if lease is not None:
+            try:
+                self._guard.claim(lease, self.keys.stock)
+            except FenceRejected:
+                return Outcome.FENCED_OFF
         stock = int(self.client.get(self.keys.stock) or 0)
         if stock <= 0:
             return Outcome.SOLD_OUT
         if self.hold > 0:
             time.sleep(self.hold)
-        if fence is None:
+        if lease is None:
             self.client.set(self.keys.stock, stock - 1)
-        elif not self._fenced_write(
-            keys=[self.keys.stock, self.keys.fence], args=[stock - 1, fence]
-        ):
-            return Outcome.FENCED_OFF
+        else:
+            try:
+                self._guard.set(lease, self.keys.stock, stock - 1)
+            except FenceRejected:
+                return Outcome.FENCED_OFF
         with self.client.pipeline(transaction=False) as pipe:
             pipe.incr(self.keys.sold)
             pipe.rpush(self.keys.orders, order_id)
