@@ -1,24 +1,34 @@
 """The ``redlease`` command (also ``python -m redlease``).
 
 This module only parses and dispatches: each subcommand is registered by a small
-``_add_*`` function, and the work lives elsewhere (demos in :mod:`redlease.demos`).
-Failures become sysexits codes and one line on stderr, never a traceback: 64 for a usage
-mistake, 69 when no server can be reached or started, 70 when a run cannot finish.
+``register`` function, and the work lives elsewhere (the lock tools in
+:mod:`redlease.commands`, demos in :mod:`redlease.demos`). Failures become sysexits codes
+and one line on stderr, never a traceback: 64 for a usage mistake, 69 when no server can
+be reached or started, 70 when a run cannot finish. ``redlease run`` adds flock(1)'s
+codes: the command's own status, 1 for a conflict and 75 for a lease lost meanwhile.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 import redis
 
 from redlease import __version__
+from redlease.commands import ls, release, run, server
+from redlease.commands.common import ExitCode, UsageError
 from redlease.demos import DEMOS
-from redlease.demos.base import DemoFailed, ExitCode
-from redlease.errors import ServerNotFound, ServerUnavailable
+from redlease.demos.base import DemoFailed
+from redlease.errors import (
+    InvalidArgument,
+    InvalidName,
+    LockError,
+    ServerNotFound,
+    ServerUnavailable,
+)
 
 __all__ = ["build_parser", "main"]
 
@@ -37,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog=PROG,
         description="Distributed locks on Redis and Valkey: demos and tools.",
+        epilog="exit status: 64 usage, 69 server unreachable, 70 internal failure; "
+        "`redlease run` also passes its command's status through, exits 1 on a conflict "
+        "and 75 when the lease was lost",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -45,6 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--url",
         help="Redis/Valkey URL (default: $REDIS_URL, else a private server for this run)",
     )
+    for command in (run, ls, release, server):
+        command.register(commands)
     _add_demo(commands, connection)
     return parser
 
@@ -68,22 +83,45 @@ def _add_demo(commands: argparse._SubParsersAction[_Parser], connection: _Parser
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (default: ``sys.argv[1:]``) and return the exit code."""
     parser = build_parser()
+    options, command = _split_command(sys.argv[1:] if argv is None else list(argv))
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(options)
+        if command is not None and not getattr(args, "takes_command", False):
+            parser.error("unexpected arguments after --")
     except SystemExit as exit_:
         return exit_.code if isinstance(exit_.code, int) else ExitCode.USAGE
+    args.child_command = command
     handler = getattr(args, "handler", None)
     if handler is None:
         (getattr(args, "parser", None) or parser).print_help(sys.stderr)
         return ExitCode.USAGE
+    return _dispatch(handler, args)
+
+
+def _dispatch(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """Run a subcommand, turning the failures it may meet into an exit code and one line."""
     try:
         return int(handler(args))
+    except (UsageError, InvalidName, InvalidArgument) as error:
+        return _fail(ExitCode.USAGE, str(error))
     except (ServerUnavailable, ServerNotFound, redis.ConnectionError) as error:
         return _fail(ExitCode.UNAVAILABLE, f"server unavailable: {error}")
-    except DemoFailed as error:
+    except (DemoFailed, LockError) as error:
         return _fail(ExitCode.SOFTWARE, str(error))
     except KeyboardInterrupt:
         return _fail(ExitCode.INTERRUPTED, "interrupted")
+
+
+def _split_command(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """Options before the first ``--``, and the command after it (None without ``--``).
+
+    argparse's REMAINDER is quirky with subcommands, so the command is cut off here and
+    never parsed: ``redlease run NAME -- ls -l`` runs ``ls -l`` as written.
+    """
+    if "--" not in argv:
+        return argv, None
+    cut = argv.index("--")
+    return argv[:cut], argv[cut + 1 :]
 
 
 def _fail(code: ExitCode, message: str) -> int:

@@ -1,0 +1,165 @@
+"""What every subcommand shares: exit codes, reaching a server, option types.
+
+Exit codes follow flock(1) and sysexits.h, so a script can tell "someone else holds the
+lock" (1, or ``--conflict-exit-code``) from a usage mistake (64), a server that cannot be
+reached (69) and a lease lost while the command ran (75).
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import redis
+from redis.backoff import NoBackoff
+from redis.cluster import RedisCluster
+from redis.retry import Retry
+
+from redlease.errors import ServerUnavailable
+from redlease.keys import DEFAULT_PREFIX
+from redlease.server import URL_ENV, resolve_url, server_url
+
+__all__ = [
+    "PROBE_TIMEOUT",
+    "ExitCode",
+    "UsageError",
+    "add_connection_options",
+    "connect",
+    "exit_code",
+    "non_negative_float",
+    "positive_float",
+    "positive_int",
+    "reachable_server",
+    "required_url",
+]
+
+PROBE_TIMEOUT = 2.0
+PRIVATE_HINT = f"correct --url / {URL_ENV}, or unset both to run a private server"
+SHARED_HINT = f"correct --url / {URL_ENV}"
+T = TypeVar("T")
+
+
+class ExitCode(enum.IntEnum):
+    """The sysexits.h codes, so scripts can tell a usage mistake from a server that is down."""
+
+    OK = 0
+    CONFLICT = 1
+    USAGE = 64
+    UNAVAILABLE = 69
+    SOFTWARE = 70
+    TEMPFAIL = 75
+    CANNOT_EXECUTE = 126
+    NOT_FOUND = 127
+    INTERRUPTED = 130
+
+
+class UsageError(Exception):
+    """A command line that names no server, or asks for something impossible (exit 64)."""
+
+
+@contextmanager
+def reachable_server(url: str | None, *, hint: str = PRIVATE_HINT) -> Iterator[str]:
+    """Yield the URL of a server that answered PING: ``url``, ``REDIS_URL`` or a private one.
+
+    The probe makes one attempt with a short timeout, because redis-py's default retries
+    would leave the user staring at a silent terminal for seconds before the error.
+    ``hint`` ends the error message: what the user can do about an unreachable server.
+    """
+    with server_url(url) as resolved:
+        client = redis.Redis.from_url(
+            resolved,
+            socket_timeout=PROBE_TIMEOUT,
+            socket_connect_timeout=PROBE_TIMEOUT,
+            retry=Retry(NoBackoff(), 0),
+        )
+        try:
+            client.ping()
+        except redis.AuthenticationError as error:
+            raise ServerUnavailable(f"{resolved} refused the credentials: {error}") from error
+        except redis.RedisError as error:
+            raise ServerUnavailable(
+                f"cannot reach a Redis/Valkey server at {resolved} ({error}); start it, or {hint}"
+            ) from error
+        finally:
+            client.close()
+        yield resolved
+
+
+def required_url(url: str | None) -> str:
+    """``--url``, else ``REDIS_URL``; the lock tools never start a private server.
+
+    A private server would hold no one else's locks, so running a command "under a lock"
+    there would protect nothing; naming no server is a usage mistake.
+    """
+    resolved = resolve_url(url)
+    if resolved is None:
+        raise UsageError(
+            f"no server given: pass --url redis://HOST:PORT/DB or set {URL_ENV} "
+            "(every process sharing the lock must use the same server)"
+        )
+    return resolved
+
+
+def add_connection_options(parser: argparse.ArgumentParser) -> None:
+    """``--url``, ``--prefix`` and ``--cluster``, the same for every lock tool."""
+    parser.add_argument("--url", help=f"Redis/Valkey URL (default: ${URL_ENV}; one is required)")
+    parser.add_argument(
+        "--prefix",
+        default=DEFAULT_PREFIX,
+        help=f"key prefix the locks live under (default: {DEFAULT_PREFIX})",
+    )
+    parser.add_argument(
+        "--cluster", action="store_true", help="the URL names a node of a Redis Cluster"
+    )
+
+
+@contextmanager
+def connect(args: argparse.Namespace) -> Iterator[Any]:
+    """A client of the server named by ``args`` that answered PING, closed afterwards."""
+    url = required_url(args.url)
+    with reachable_server(url, hint=SHARED_HINT) as resolved:
+        client: Any = (
+            RedisCluster.from_url(resolved) if args.cluster else redis.Redis.from_url(resolved)
+        )
+        try:
+            yield client
+        finally:
+            client.close()
+
+
+def exit_code(text: str) -> int:
+    value = _parse(text, int, "a whole number")
+    if not 0 <= value <= 255:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 255, got {text}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    value = _parse(text, int, "a whole number")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = _parse(text, float, "a number")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    value = _parse(text, float, "a number")
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be zero or a positive number, got {text}")
+    return value
+
+
+def _parse(text: str, kind: Callable[[str], T], what: str) -> T:
+    try:
+        return kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None

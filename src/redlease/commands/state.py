@@ -1,0 +1,260 @@
+"""What the server says about a lock name: who holds it, how long for, who waits.
+
+Everything is read in one script per name, so a snapshot is consistent (one instant on
+the server's clock) and works on a Redis Cluster, where all keys of a name share a slot.
+Nothing here writes except :func:`evict`, the forced release.
+
+What the server cannot tell: a fair lock looks like a plain one (fairness is the
+client's choice at acquire time), a reader of a read-write lock looks like a permit of a
+semaphore (both are members of the ``holders`` sorted set) unless a writer is involved,
+no lease records when it began (so there is no age), and reentry counts live only in the
+holding process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from redlease.keys import LockKeys
+
+__all__ = ["Holder", "LockState", "evict", "names", "parse_token", "snapshot"]
+
+SCAN_COUNT = 1000
+QUEUE_SHOWN = 100
+
+# KEYS: lease, fence, queue, holders, writer, count. ARGV[1]: how many waiters to list.
+# Returns {server ms, lease token, lease pttl, fence, queue length, first waiters,
+#          {token, expiry ms, ...} of live shared holders, writer token, writer pttl,
+#          latch count, latch pttl}; a key of a foreign type reads as absent.
+SNAPSHOT_SCRIPT = """
+local t = redis.call('time')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local function text(key)
+  local value = redis.pcall('get', key)
+  if type(value) == 'string' then return value end
+  return false
+end
+local function listed(reply)
+  if type(reply) == 'table' and not reply.err then return reply end
+  return {}
+end
+local queue_length = redis.pcall('llen', KEYS[3])
+if type(queue_length) ~= 'number' then queue_length = 0 end
+return {
+  now,
+  text(KEYS[1]), redis.call('pttl', KEYS[1]),
+  text(KEYS[2]),
+  queue_length, listed(redis.pcall('lrange', KEYS[3], 0, tonumber(ARGV[1]) - 1)),
+  listed(redis.pcall('zrangebyscore', KEYS[4], '(' .. now, '+inf', 'WITHSCORES')),
+  text(KEYS[5]), redis.call('pttl', KEYS[5]),
+  text(KEYS[6]), redis.call('pttl', KEYS[6]),
+}
+"""
+
+# KEYS: lease, writer, holders. Deletes the three (only when they have the types redlease
+# gives them) and returns what they held: {lease token, writer token, {holder tokens}}.
+# The fence counter is never touched: tokens must keep growing after an eviction.
+EVICT_SCRIPT = """
+local function take(key, kind)
+  if redis.call('type', key).ok ~= kind then return false end
+  local value
+  if kind == 'zset' then
+    value = redis.call('zrange', key, 0, -1)
+  else
+    value = redis.call('get', key)
+  end
+  redis.call('del', key)
+  return value
+end
+return {take(KEYS[1], 'string'), take(KEYS[2], 'string'), take(KEYS[3], 'zset') or {}}
+"""
+
+
+@dataclass(frozen=True)
+class Holder:
+    """One lease on a name: who holds it (parsed from its token) and for how much longer.
+
+    ``kind`` is ``lock`` (a plain or fair lock), ``rw-write``, ``rw-read`` (a reader, known
+    to be one because a writer holds or waits), or ``shared`` (a reader or a semaphore
+    permit: the server stores both alike).
+    """
+
+    kind: str
+    token: str
+    host: str | None
+    pid: int | None
+    thread: str | None
+    ttl_s: float | None
+
+    def describe(self) -> str:
+        if self.host is None:
+            return self.token
+        who = f"{self.host} pid {self.pid}" if self.pid is not None else self.host
+        return f"{who} {self.thread}" if self.thread else who
+
+
+@dataclass(frozen=True)
+class LockState:
+    """Everything the server knows about one lock name at one instant."""
+
+    name: str
+    fence: int | None
+    """The last fencing token handed out for the name (the current holder's, for a lock)."""
+    waiters: int
+    """Queue entries; a waiter that left is only removed when the lock would reach it."""
+    holders: list[Holder] = field(default_factory=list)
+    latch_count: int | None = None
+    latch_ttl_s: float | None = None
+    queued: list[Holder] = field(default_factory=list)
+
+    @property
+    def held(self) -> bool:
+        return bool(self.holders) or self.latch_count is not None
+
+    @property
+    def kinds(self) -> list[str]:
+        kinds = [holder.kind for holder in self.holders]
+        if self.latch_count is not None:
+            kinds.append("latch")
+        return list(dict.fromkeys(kinds)) or ["free"]
+
+    def as_json(self, *, waiting: bool = False) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "name": self.name,
+            "kinds": self.kinds,
+            "fence": self.fence,
+            "waiters": self.waiters,
+            "holders": [asdict(holder) for holder in self.holders],
+        }
+        if self.latch_count is not None:
+            data["latch"] = {"count": self.latch_count, "ttl_s": self.latch_ttl_s}
+        if waiting:
+            data["queued"] = [asdict(holder) for holder in self.queued]
+        return data
+
+
+def parse_token(token: str) -> tuple[str | None, int | None, str | None]:
+    """``<random>|<host>|<pid>|<owner>`` as written by redlease: (host, pid, owner).
+
+    A token from a custom ``token_factory`` without that shape gives ``(None, None, None)``.
+    """
+    parts = token.split("|")
+    if len(parts) < 4:
+        return None, None, None
+    host, pid, owner = parts[-3], parts[-2], parts[-1]
+    return host, int(pid) if pid.isdigit() else None, owner or None
+
+
+def names(client: Any, prefix: str, pattern: str = "*") -> list[str]:
+    """Sorted names under ``prefix`` matching the glob ``pattern``, found with SCAN.
+
+    ``pattern`` is a Redis glob (``*``, ``?``, ``[...]``, ``\\``), matched by SCAN's MATCH
+    against ``<prefix>:{<pattern>}*``. On a cluster client, redis-py's ``scan_iter`` walks
+    every primary in turn.
+    """
+    match = f"{_glob_escape(prefix)}:{{{pattern}}}*"
+    keys: Iterable[Any]
+    if hasattr(client, "get_primaries"):
+        keys = client.scan_iter(match=match, count=SCAN_COUNT, target_nodes=client.PRIMARIES)
+    else:
+        keys = client.scan_iter(match=match, count=SCAN_COUNT)
+    return sorted(set(_names_of(keys, f"{prefix}:{{")))
+
+
+def snapshot(client: Any, keys: LockKeys) -> LockState:
+    """One consistent reading of every key of ``keys.name``."""
+    reply = client.eval(
+        SNAPSHOT_SCRIPT,
+        6,
+        keys.lease,
+        keys.fence,
+        keys.queue,
+        keys.holders,
+        keys.writer,
+        keys.count,
+        QUEUE_SHOWN,
+    )
+    (now, lease, lease_pttl, fence, queue_length, queue, shared, writer, writer_pttl) = reply[:9]
+    count, count_pttl = reply[9:11]
+    queued = [_waiter(_text(entry)) for entry in queue]
+    writer_involved = writer is not None or any(entry.kind == "rw-write" for entry in queued)
+    holders: list[Holder] = []
+    if lease is not None:
+        holders.append(_holder("lock", _text(lease), _seconds(lease_pttl)))
+    if writer is not None:
+        holders.append(_holder("rw-write", _text(writer), _seconds(writer_pttl)))
+    shared_kind = "rw-read" if writer_involved else "shared"
+    for token, expiry in zip(shared[::2], shared[1::2], strict=True):
+        holders.append(_holder(shared_kind, _text(token), (int(expiry) - int(now)) / 1000))
+    if not writer_involved:
+        queued = [_retyped(entry) for entry in queued]
+    return LockState(
+        name=keys.name,
+        fence=int(fence) if fence is not None and _text(fence).isdigit() else None,
+        waiters=int(queue_length),
+        holders=holders,
+        latch_count=int(count) if count is not None and _is_int(_text(count)) else None,
+        latch_ttl_s=_seconds(count_pttl),
+        queued=queued,
+    )
+
+
+def evict(client: Any, keys: LockKeys) -> list[Holder]:
+    """Delete the lease, writer and holders of ``keys.name`` at once; return who held them."""
+    lease, writer, shared = client.eval(EVICT_SCRIPT, 3, keys.lease, keys.writer, keys.holders)
+    evicted = [_holder("lock", _text(lease), None)] if lease is not None else []
+    if writer is not None:
+        evicted.append(_holder("rw-write", _text(writer), None))
+    evicted.extend(_holder("shared", _text(token), None) for token in shared)
+    return evicted
+
+
+def _names_of(keys: Iterable[Any], start: str) -> Iterator[str]:
+    for key in keys:
+        text = _text(key)
+        if not text.startswith(start):
+            continue
+        end = text.find("}", len(start))
+        if end > len(start):
+            yield text[len(start) : end]
+
+
+def _holder(kind: str, token: str, ttl_s: float | None) -> Holder:
+    host, pid, owner = parse_token(token)
+    return Holder(kind, token, host, pid, owner, ttl_s)
+
+
+def _waiter(entry: str) -> Holder:
+    """A queue entry: ``<ttl>:<token>`` (a lock) or ``<r|w>:<ttl>:<token>`` (shared)."""
+    kind = "lock"
+    if entry[:2] in ("r:", "w:"):
+        kind = "rw-write" if entry[0] == "w" else "rw-read"
+        entry = entry[2:]
+    _, _, token = entry.partition(":")
+    return _holder(kind, token, None)
+
+
+def _retyped(waiter: Holder) -> Holder:
+    if waiter.kind != "rw-read":
+        return waiter
+    return Holder("shared", waiter.token, waiter.host, waiter.pid, waiter.thread, None)
+
+
+def _seconds(pttl: Any) -> float | None:
+    value = int(pttl)
+    return value / 1000 if value >= 0 else None
+
+
+def _is_int(text: str) -> bool:
+    return text.lstrip("-").isdigit()
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _glob_escape(text: str) -> str:
+    """Escape the characters Redis's MATCH treats as glob syntax."""
+    return "".join(f"\\{char}" if char in "*?[]\\" else char for char in text)

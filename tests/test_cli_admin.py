@@ -1,0 +1,217 @@
+"""The operator's commands, run for real: ``ls``, ``show``, ``release --force``, ``server``.
+
+The locks are held by this test process through the library, so the expected holder is
+``os.getpid()`` and the expected fence is the lease's own; every test uses a key prefix
+of its own, so the listings hold only what the test put there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import uuid
+from urllib.parse import urlsplit
+
+import pytest
+import redis
+
+import redlease
+from redlease import ReleaseOutcome
+
+RUN_TIMEOUT = 30
+
+
+def run_cli(*args: str, url: str | None) -> subprocess.CompletedProcess[str]:
+    env = {key: value for key, value in os.environ.items() if key != "REDIS_URL"}
+    if url is not None:
+        env["REDIS_URL"] = url
+    return subprocess.run(
+        [sys.executable, "-m", "redlease", *args],
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+    )
+
+
+def last_json(completed: subprocess.CompletedProcess[str]) -> object:
+    assert completed.returncode == 0, completed.stderr
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"cli-admin-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def locks(redlease_url, prefix):
+    with redlease.Locks(redlease_url, prefix=prefix) as client:
+        yield client
+
+
+def test_ls_lists_every_kind_of_held_lock_with_holder_and_fence(redlease_url, prefix, locks):
+    lock = locks.lock("orders:42")
+    lease = lock.acquire()
+    rw = locks.rw_lock("catalog")
+    rw.write.acquire()
+    semaphore = locks.semaphore("pool", 3)
+    permits = [semaphore.acquire(), semaphore.acquire()]
+    locks.latch("start").try_set_count(2)
+    locks.lock("free-again").acquire()
+    locks.lock("free-again").release()
+
+    listed = last_json(run_cli("ls", "--json", "--prefix", prefix, url=redlease_url))
+
+    assert isinstance(listed, list)
+    by_name = {entry["name"]: entry for entry in listed}
+    assert sorted(by_name) == ["catalog", "orders:42", "pool", "start"]
+    orders = by_name["orders:42"]
+    assert orders["kinds"] == ["lock"]
+    assert orders["fence"] == lease.fence
+    assert orders["waiters"] == 0
+    [holder] = orders["holders"]
+    assert holder["pid"] == os.getpid()
+    assert holder["host"] == socket.gethostname()
+    assert holder["thread"].startswith("thread ")
+    assert holder["token"] == lease.token
+    assert 0 < holder["ttl_s"] <= 30
+    assert by_name["catalog"]["kinds"] == ["rw-write"]
+    assert [h["kind"] for h in by_name["pool"]["holders"]] == ["shared", "shared"]
+    assert by_name["start"]["latch"]["count"] == 2
+    lock.release()
+    rw.write.release()
+    for permit in permits:
+        semaphore.release(permit)
+
+
+def test_ls_pattern_and_table_show_only_matching_names(redlease_url, prefix, locks):
+    locks.lock("report:daily").acquire()
+    locks.lock("backup").acquire()
+
+    listed = last_json(run_cli("ls", "report:*", "--json", "--prefix", prefix, url=redlease_url))
+    table = run_cli("ls", "--prefix", prefix, url=redlease_url)
+
+    assert [entry["name"] for entry in listed] == ["report:daily"]
+    assert table.returncode == 0, table.stderr
+    assert "report:daily" in table.stdout
+    assert "backup" in table.stdout
+    assert f"pid {os.getpid()}" in table.stdout
+
+
+def test_show_tells_the_waiters_and_a_free_lock(redlease_url, prefix, locks):
+    lease = locks.lock("nightly").acquire()
+    with redis.Redis.from_url(redlease_url) as client:
+        client.rpush(f"{prefix}:{{nightly}}:queue", "30000:abc|otherhost|4242|thread T")
+
+    shown = last_json(run_cli("show", "nightly", "--json", "--prefix", prefix, url=redlease_url))
+    free = run_cli("show", "never-taken", "--prefix", prefix, url=redlease_url)
+
+    assert isinstance(shown, dict)
+    assert shown["fence"] == lease.fence
+    assert shown["waiters"] == 1
+    assert shown["queued"][0]["host"] == "otherhost"
+    assert shown["queued"][0]["pid"] == 4242
+    assert free.returncode == 0
+    assert "never-taken: free" in free.stdout
+
+
+def test_release_needs_force_and_then_evicts_the_holder_but_keeps_the_fence(
+    redlease_url, prefix, locks
+):
+    lock = locks.lock("stuck")
+    lease = lock.acquire()
+
+    refused = run_cli("release", "stuck", "--prefix", prefix, url=redlease_url)
+    assert refused.returncode == 64
+    assert f"pid {os.getpid()}" in refused.stderr
+    assert lock.owned()
+
+    forced = run_cli("release", "stuck", "--force", "--prefix", prefix, url=redlease_url)
+    assert forced.returncode == 0, forced.stderr
+    assert f"pid {os.getpid()}" in forced.stdout
+    assert "fence counter" in forced.stdout
+
+    with redlease.Locks(redlease_url, prefix=prefix) as other:
+        successor = other.lock("stuck").acquire(timeout=0)
+        assert successor.fence > lease.fence  # tokens never go back
+        other.lock("stuck").release()
+    assert lock.release() is ReleaseOutcome.EXPIRED
+    assert lease.lost
+
+
+def test_release_of_a_free_lock_says_there_was_nothing(redlease_url, prefix):
+    completed = run_cli("release", "idle", "--force", "--prefix", prefix, url=redlease_url)
+
+    assert completed.returncode == 0
+    assert "nothing removed" in completed.stdout
+
+
+def test_admin_commands_need_a_server_url():
+    for args in (["ls"], ["show", "x"], ["release", "x", "--force"]):
+        completed = run_cli(*args, url=None)
+        assert completed.returncode == 64
+        assert "REDIS_URL" in completed.stderr
+
+
+def test_server_prints_a_url_that_answers_and_stops_on_sigterm():
+    server = subprocess.Popen(
+        [sys.executable, "-m", "redlease", "server"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert server.stdout is not None
+        url = server.stdout.readline().strip()
+        if not url:
+            _, stderr = server.communicate(timeout=RUN_TIMEOUT)
+            pytest.skip(f"no server binary: {stderr}")
+        with redis.Redis.from_url(url, socket_timeout=5) as client:
+            assert client.ping()
+
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=RUN_TIMEOUT) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    port = urlsplit(url).port
+    assert port is not None
+    with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=2):
+        pass
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(90)
+def test_ls_finds_locks_on_every_master_of_a_cluster(redlease_cluster, prefix):
+    redlease_cluster.wait_until_ok(timeout=20)
+    masters = {node.port for node in redlease_cluster.masters()}
+    names, ports = [], set()
+    for number in range(200):
+        name = f"job-{number}"
+        port = redlease_cluster.master_for_key(f"{prefix}:{{{name}}}").port
+        if port not in ports:
+            names.append(name)
+            ports.add(port)
+        if ports == masters:
+            break
+    with redlease.Locks(redlease_cluster.url, prefix=prefix, cluster=True) as locks:
+        leases = {name: locks.lock(name).acquire() for name in names}
+
+        listed = last_json(
+            run_cli("ls", "--json", "--cluster", "--prefix", prefix, url=redlease_cluster.url)
+        )
+
+        assert isinstance(listed, list)
+        assert {entry["name"]: entry["fence"] for entry in listed} == {
+            name: lease.fence for name, lease in leases.items()
+        }
+        for name in names:
+            locks.lock(name).release()

@@ -1,0 +1,324 @@
+"""``redlease run``: a distributed flock(1), run for real in subprocesses.
+
+Every run goes through ``python -m redlease run`` with ``REDIS_URL`` set to the test
+server, and runs a small Python child, so what is checked is what a cron job would see:
+exit statuses, the child's environment, signals, and the lock's keys afterwards.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import redis
+
+import redlease
+
+RUN_TIMEOUT = 30
+
+
+def redlease_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "redlease", *args]
+
+
+def environment(url: str | None) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if key != "REDIS_URL"}
+    if url is not None:
+        env["REDIS_URL"] = url
+    return env
+
+
+def run_cli(*args: str, url: str | None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        redlease_command(*args),
+        env=environment(url),
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+    )
+
+
+def start_cli(*args: str, url: str) -> subprocess.Popen[str]:
+    """A ``redlease`` in its own session: no terminal, so signals are ours to send."""
+    return subprocess.Popen(
+        redlease_command(*args),
+        env=environment(url),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def python(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+def wait_for_file(path: Path, process: subprocess.Popen[str], timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.02)
+
+
+def finish(process: subprocess.Popen[str]) -> tuple[int, str, str]:
+    stdout, stderr = process.communicate(timeout=RUN_TIMEOUT)
+    return process.returncode, stdout, stderr
+
+
+@pytest.fixture
+def name() -> str:
+    return f"cli-run-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def held(redlease_url, name):
+    """The lock ``name``, held by this test process until the test ends."""
+    with redlease.Locks(redlease_url) as locks:
+        lock = locks.lock(name)
+        lease = lock.acquire()
+        yield lease
+        if lock.lease is not None:
+            lock.release()
+
+
+# A child that says it started (a file), then sleeps until a signal ends it.
+SLEEPER = """
+import pathlib, sys, time
+pathlib.Path(sys.argv[1]).touch()
+time.sleep(30)
+"""
+
+
+@pytest.mark.parametrize("status", [0, 3, 7])
+def test_exit_status_of_the_command_passes_through(redlease_url, name, status):
+    completed = run_cli("run", name, "--", *python(f"raise SystemExit({status})"), url=redlease_url)
+
+    assert completed.returncode == status, completed.stderr
+
+
+def test_command_killed_by_a_signal_exits_128_plus_the_signal(redlease_url, name):
+    kill_myself = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
+
+    completed = run_cli("run", name, "--", *python(kill_myself), url=redlease_url)
+
+    assert completed.returncode == 128 + signal.SIGKILL
+
+
+def test_command_sees_the_lease_and_the_fence_grows_between_runs(redlease_url, name):
+    show_env = (
+        "import json, os; print(json.dumps({k: v for k, v in os.environ.items()"
+        " if k.startswith('REDLEASE_')}))"
+    )
+
+    seen = []
+    for _ in range(2):
+        completed = run_cli("run", name, "--", *python(show_env), url=redlease_url)
+        assert completed.returncode == 0, completed.stderr
+        seen.append(json.loads(completed.stdout.strip().splitlines()[-1]))
+
+    first, second = seen
+    assert first["REDLEASE_NAME"] == second["REDLEASE_NAME"] == name
+    assert int(second["REDLEASE_FENCE"]) > int(first["REDLEASE_FENCE"]) >= 1
+    _, host, pid, owner = first["REDLEASE_TOKEN"].split("|")
+    assert host
+    assert pid.isdigit()
+    assert owner.startswith("thread ")
+    with redis.Redis.from_url(redlease_url) as client:
+        assert not client.exists(f"redlease:{{{name}}}")  # released after each run
+
+
+def test_a_held_lock_is_a_conflict_that_exits_1_or_the_chosen_code(redlease_url, name, held):
+    plain = run_cli("run", name, "--nonblock", "--", *python("print('ran')"), url=redlease_url)
+    chosen = run_cli(
+        "run", name, "-n", "--conflict-exit-code", "99", "--", "true", url=redlease_url
+    )
+
+    assert plain.returncode == 1
+    assert "ran" not in plain.stdout
+    assert "held by another owner" in plain.stderr
+    assert chosen.returncode == 99
+
+
+def test_nonblock_fails_at_once_and_wait_gives_up_after_its_time(redlease_url, name, held):
+    started = time.monotonic()
+    nonblock = run_cli("run", name, "-n", "--", "true", url=redlease_url)
+    nonblock_took = time.monotonic() - started
+    started = time.monotonic()
+    waited = run_cli("run", name, "--wait", "0.5", "--", "true", url=redlease_url)
+    wait_took = time.monotonic() - started
+
+    assert nonblock.returncode == waited.returncode == 1
+    assert wait_took >= 0.5
+    assert wait_took > nonblock_took + 0.3
+    assert "after 0.5 s" in waited.stderr
+
+
+def test_a_waiting_run_starts_as_soon_as_the_lock_is_released(redlease_url, name, tmp_path):
+    with redlease.Locks(redlease_url) as locks:
+        lock = locks.lock(name)
+        lock.acquire()
+        marker = tmp_path / "ran"
+        waiting = start_cli(
+            "run",
+            name,
+            "--wait",
+            "20",
+            "--",
+            *python(f"open({str(marker)!r}, 'w')"),
+            url=redlease_url,
+        )
+        time.sleep(1.0)
+        assert not marker.exists()
+        lock.release()
+
+        status, _, stderr = finish(waiting)
+
+    assert status == 0, stderr
+    assert marker.exists()
+
+
+def test_concurrent_runs_of_one_name_never_overlap(redlease_url, name, tmp_path):
+    log = tmp_path / "intervals"
+    record = f"""
+import time
+start = time.time()
+time.sleep(0.2)
+with open({str(log)!r}, "a") as out:
+    out.write(f"{{start}} {{time.time()}}\\n")
+"""
+    runs = [start_cli("run", name, "--", *python(record), url=redlease_url) for _ in range(4)]
+    for process in runs:
+        status, _, stderr = finish(process)
+        assert status == 0, stderr
+
+    intervals = sorted(tuple(map(float, line.split())) for line in log.read_text().splitlines())
+    assert len(intervals) == 4
+    for (_, end), (start, _) in itertools.pairwise(intervals):
+        assert start >= end
+
+
+def test_lost_lease_stops_the_command_with_sigterm_and_exits_75(redlease_url, name, tmp_path):
+    ready, terminated = tmp_path / "ready", tmp_path / "terminated"
+    child = f"""
+import pathlib, signal, sys, time
+def stop(signum, frame):
+    pathlib.Path({str(terminated)!r}).touch()
+    sys.exit(5)
+signal.signal(signal.SIGTERM, stop)
+pathlib.Path({str(ready)!r}).touch()
+time.sleep(30)
+"""
+    run = start_cli("run", name, "--ttl", "1", "--", *python(child), url=redlease_url)
+    wait_for_file(ready, run)
+
+    with redis.Redis.from_url(redlease_url) as client:
+        assert client.delete(f"redlease:{{{name}}}") == 1
+    status, _, stderr = finish(run)
+
+    assert status == 75
+    assert terminated.exists()
+    assert "lost the lease" in stderr
+
+
+def test_a_command_deaf_to_sigterm_is_killed_after_the_grace(redlease_url, name, tmp_path):
+    ready = tmp_path / "ready"
+    deaf = f"""
+import pathlib, signal, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+pathlib.Path({str(ready)!r}).touch()
+time.sleep(30)
+"""
+    run = start_cli(
+        "run", name, "--ttl", "1", "--grace", "0.5", "--", *python(deaf), url=redlease_url
+    )
+    wait_for_file(ready, run)
+
+    with redis.Redis.from_url(redlease_url) as client:
+        client.delete(f"redlease:{{{name}}}")
+    started = time.monotonic()
+    status, _, stderr = finish(run)
+
+    assert status == 75
+    assert "SIGKILL" in stderr
+    assert time.monotonic() - started < 5
+
+
+def test_sigint_reaches_the_command_and_the_lock_is_released(redlease_url, name, tmp_path):
+    ready = tmp_path / "ready"
+    run = start_cli("run", name, "--", *python(SLEEPER), str(ready), url=redlease_url)
+    wait_for_file(ready, run)
+
+    run.send_signal(signal.SIGINT)
+    status, _, stderr = finish(run)
+
+    assert status == 128 + signal.SIGINT, stderr  # the child died of the forwarded SIGINT
+    with redis.Redis.from_url(redlease_url) as client:
+        assert not client.exists(f"redlease:{{{name}}}")
+
+
+def test_sigterm_while_waiting_gives_up_and_leaves_the_queue(redlease_url, name, held):
+    run = start_cli("run", name, "--", "true", url=redlease_url)
+    with redis.Redis.from_url(redlease_url) as client:
+        deadline = time.monotonic() + 15
+        while not client.llen(f"redlease:{{{name}}}:queue"):
+            assert time.monotonic() < deadline, "the run never queued"
+            time.sleep(0.02)
+
+        run.send_signal(signal.SIGTERM)
+        status, _, _ = finish(run)
+
+        assert status == 128 + signal.SIGTERM
+        assert client.llen(f"redlease:{{{name}}}:queue") == 0
+
+
+def test_without_a_server_url_run_refuses_with_64(name):
+    completed = run_cli("run", name, "--", "true", url=None)
+
+    assert completed.returncode == 64  # a private server would protect nothing
+    assert "REDIS_URL" in completed.stderr
+
+
+def test_unreachable_server_exits_69(name):
+    completed = run_cli("run", name, "--", "true", url="redis://127.0.0.1:1/0")
+
+    assert completed.returncode == 69
+    assert "cannot reach" in completed.stderr
+    assert "Traceback" not in completed.stderr
+
+
+def test_a_command_that_does_not_exist_exits_127(redlease_url, name):
+    completed = run_cli("run", name, "--", "no-such-command-here", url=redlease_url)
+
+    assert completed.returncode == 127
+    assert "no-such-command-here" in completed.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param(["run", "orders"], id="no-command"),
+        pytest.param(["run", "orders", "--"], id="empty-command"),
+        pytest.param(["run", "orders", "true"], id="command-without-dashes"),
+        pytest.param(["run", "orders", "-n", "-w", "1", "--", "true"], id="nonblock-and-wait"),
+        pytest.param(["run", "orders", "--wait", "soon", "--", "true"], id="bad-wait"),
+        pytest.param(["run", "orders", "-E", "256", "--", "true"], id="exit-code-range"),
+        pytest.param(["run", "or{ders}", "--", "true"], id="brace-in-name"),
+        pytest.param(["ls", "--", "true"], id="command-for-ls"),
+    ],
+)
+def test_usage_mistakes_exit_64(redlease_url, args):
+    completed = run_cli(*args, url=redlease_url)
+
+    assert completed.returncode == 64
+    assert "Traceback" not in completed.stderr
