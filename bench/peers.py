@@ -17,6 +17,11 @@ Settings (also stated in docs/benchmarks.md):
   ``acquire(blocking=True, timeout=10)`` (its BLPOP wait is ``expire`` long either way).
 * pottery: ``Redlock(key=key, masters={r}, auto_release_time=10)`` (one master);
   contended ``acquire(blocking=True, timeout=HANG_GUARD_S)``.
+
+redlease's other primitives get sessions of their own for the ``fair`` and ``rw`` parts
+(not compared with the peers): ``redlease-fair`` (``locks.fair_lock``), ``redlease-read``
+and ``redlease-write`` (``locks.rw_lock(key).read`` / ``.write``), all with the same
+defaults and hang guard as ``redlease``.
 """
 
 from __future__ import annotations
@@ -87,6 +92,51 @@ class RedleaseFixedTtlSession(RedleaseSession):
             pass
 
 
+class RedleaseFairSession(RedleaseSession):
+    """``locks.fair_lock(key)``: strict arrival order (the ``fair`` part)."""
+
+    name = "redlease-fair"
+
+    def cycle(self, key: str) -> None:
+        with self.locks.fair_lock(key):
+            pass
+
+    def acquire(self, key: str) -> Any:
+        lock = self.locks.fair_lock(key, timeout=HANG_GUARD_S)
+        lock.acquire()
+        return lock
+
+
+class RedleaseReadSession(RedleaseSession):
+    """``locks.rw_lock(key).read``: readers share the lock (the ``rw`` part)."""
+
+    name = "redlease-read"
+
+    def cycle(self, key: str) -> None:
+        with self.locks.rw_lock(key).read:
+            pass
+
+    def acquire(self, key: str) -> Any:
+        lock = self.locks.rw_lock(key, timeout=HANG_GUARD_S).read
+        lock.acquire()
+        return lock
+
+
+class RedleaseWriteSession(RedleaseSession):
+    """``locks.rw_lock(key).write``: one writer at a time (the ``rw`` part)."""
+
+    name = "redlease-write"
+
+    def cycle(self, key: str) -> None:
+        with self.locks.rw_lock(key).write:
+            pass
+
+    def acquire(self, key: str) -> Any:
+        lock = self.locks.rw_lock(key, timeout=HANG_GUARD_S).write
+        lock.acquire()
+        return lock
+
+
 class RedisPySession(Session):
     name = "redis-py"
 
@@ -146,6 +196,9 @@ SESSIONS: dict[str, type[Session]] = {
     for cls in (
         RedleaseSession,
         RedleaseFixedTtlSession,
+        RedleaseFairSession,
+        RedleaseReadSession,
+        RedleaseWriteSession,
         RedisPySession,
         PythonRedisLockSession,
         PotterySession,

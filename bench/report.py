@@ -99,7 +99,9 @@ def assemble(
     contended: dict[str, dict[int, list[dict[str, Any]]]],
     renewal: dict[str, dict[str, Any]],
     asynchronous: dict[str, Any] | None,
+    extras: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """``extras``: figures of the redlease-only parts, merged flat into the redlease row."""
     result: dict[str, Any] = {"rtt_us": median(rtts), "rtt_us_spread": spread(rtts)}
     for library in LIBRARIES:
         entry: dict[str, Any] = {"rtt_us": result["rtt_us"]}
@@ -129,6 +131,8 @@ def assemble(
                 entry[key] = asynchronous.get(key) if library == "redlease" else None
             if library == "redlease":
                 entry["async"] = asynchronous
+        if library == "redlease" and extras:
+            entry |= extras
         result[library] = entry
     result["meta"] = meta
     return rounded(result)  # type: ignore[return-value]
@@ -172,6 +176,42 @@ ROWS = (
     ("renew_lost", "  leases lost"),
     ("async_cycle_us", "asyncio cycle (µs)"),
     ("async_ratio", "  asyncio / sync (target ≤ 1.3)"),
+    ("fair_handoff_p50_us", "fair lock, 8 workers: handoff p50 (µs)"),
+    ("fair_handoff_p99_us", "  handoff p99 (µs)"),
+    ("fair_handoff_p50_rtt", "  handoff p50 x RTT (target ≤ 1.5)"),
+    ("fair_handoff_p99_rtt", "  handoff p99 x RTT"),
+    ("fair_loaded_rtt_us", "  RTT under this load (µs)"),
+    ("fair_handoff_p50_loaded_rtt", "  handoff p50 x loaded RTT"),
+    ("fair_handoff_share", "  share handed to another process"),
+    ("fair_acquires_per_s", "  acquisitions / s"),
+    ("fair_longest_wait_ms", "  longest wait (ms)"),
+    ("fair_overlaps", "  overlaps / counter mismatch"),
+    ("plain_handoff_p50_us", "  plain lock, same part: handoff p50 (µs)"),
+    ("plain_handoff_p50_rtt", "  plain lock: handoff p50 x RTT"),
+    ("plain_acquires_per_s", "  plain lock: acquisitions / s"),
+    ("plain_longest_wait_ms", "  plain lock: longest wait (ms)"),
+    ("read_acquires_per_s", "rw lock, 8 readers: acquisitions / s"),
+    ("read_overlap_share", "  share of reads overlapping another"),
+    ("read_longest_wait_ms", "  longest read wait (ms)"),
+    ("write_acquires_per_s", "  8 writers: acquisitions / s"),
+    ("write_handoff_p50_us", "  writers: handoff p50 (µs)"),
+    ("write_overlaps", "  writers: overlaps / counter mismatch"),
+    ("semaphore_cycle_us", "semaphore cycle, 1 of 4 permits (µs)"),
+    ("semaphore_cycle_rtt", "  x RTT"),
+    ("semaphore_lock_cycle_us", "  plain lock cycle, same part (µs)"),
+    ("semaphore_server_commands", "  server commands / cycle"),
+    ("redlock_rtt_us", "redlock part: EVALSHA round trip (µs)"),
+    ("redlock_single_cycle_us", "  single-master cycle (µs)"),
+    ("redlock3_cycle_us", "  Redlock, 3 masters: cycle (µs)"),
+    ("redlock3_ratio", "    / single master"),
+    ("redlock5_cycle_us", "  Redlock, 5 masters: cycle (µs)"),
+    ("redlock5_ratio", "    / single master (target ≤ 1.5)"),
+    ("async_redlock5_cycle_us", "  AsyncRedlock, 5 masters: cycle (µs)"),
+    ("async_redlock5_ratio", "    / AsyncLocks single master"),
+    ("cluster_rtt_us", "cluster: EVALSHA via cluster client (µs)"),
+    ("cluster_node_rtt_us", "  EVALSHA, plain client to one node (µs)"),
+    ("cluster_cycle_us", "  cluster cycle (µs)"),
+    ("cluster_cycle_rtt", "  x cluster RTT"),
 )
 
 
@@ -179,7 +219,7 @@ def _cell(entry: dict[str, Any], key: str) -> str:
     if key not in entry:
         return ""
     value = entry[key]
-    if key.startswith("overlaps"):
+    if "overlaps" in key:
         mismatch = entry.get(key.replace("overlaps", "counter") + "_mismatch")
         return f"{value} / {mismatch}"
     if value is None:
@@ -210,6 +250,9 @@ def show(result: dict[str, Any], as_json: bool) -> None:
         for workers in result[library].get("contended", {}).values()
         if workers["errors"]
     }
+    for key in ("fair_errors", "rw_errors"):
+        if result["redlease"].get(key):
+            errors[key] = result["redlease"][key]
     if errors:
         console.print(f"[red]errors:[/red] {errors}")
     if as_json:

@@ -2,9 +2,11 @@
 
     python bench/run.py [--quick] [--json] [--save FILE] [PART ...]
 
-Parts: rtt, cycle, handoff, renewal, async (default: all). A private Valkey/Redis is
-started unless REDIS_URL is set; only loopback traffic. Progress goes to stderr, the
-table to stdout and, with --json, one JSON object on the last stdout line.
+Parts: rtt, cycle, handoff, renewal, async, and the redlease-only fair, rw, semaphore,
+redlock, cluster (default: all). A private Valkey/Redis is started unless REDIS_URL is
+set (redlock and cluster always start private servers of their own); only loopback
+traffic. Progress goes to stderr, the table to stdout and, with --json, one JSON object
+on the last stdout line.
 See docs/benchmarks.md for what each figure means.
 """
 
@@ -23,7 +25,18 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-PARTS = ("rtt", "cycle", "handoff", "renewal", "async")
+PARTS = (
+    "rtt",
+    "cycle",
+    "handoff",
+    "renewal",
+    "async",
+    "fair",
+    "rw",
+    "semaphore",
+    "redlock",
+    "cluster",
+)
 
 
 @dataclass(frozen=True)
@@ -40,6 +53,10 @@ class Plan:
     renew_hold_s: float
     async_reps: int
     async_cycles: int
+    family_workers: int  # fair and rw: worker processes per run
+    family_reps: int  # fair and rw: reps of each of the two sessions compared
+    family_s: float
+    # semaphore, redlock and cluster reuse reps, rtt_ops, cycles and budget_s
 
 
 FULL = Plan(
@@ -55,6 +72,9 @@ FULL = Plan(
     renew_hold_s=10.0,
     async_reps=7,
     async_cycles=2000,
+    family_workers=8,
+    family_reps=3,
+    family_s=6.0,
 )
 QUICK = Plan(
     reps=3,
@@ -69,6 +89,9 @@ QUICK = Plan(
     renew_hold_s=5.0,
     async_reps=3,
     async_cycles=400,
+    family_workers=8,
+    family_reps=2,
+    family_s=2.5,
 )
 
 
@@ -97,10 +120,21 @@ def _run(url: str, where: str, parts: tuple[str, ...], plan: Plan, args: Any) ->
     from rich.progress import Progress  # noqa: PLC0415
 
     from contended import run_contended  # noqa: PLC0415
+    from family import (  # noqa: PLC0415
+        FAIR,
+        PLAIN,
+        READ,
+        WRITE,
+        contended_pair,
+        fair_figures,
+        rw_figures,
+        semaphore_reps,
+    )
     from peers import LIBRARIES, open_session, versions  # noqa: PLC0415
     from renewal import RENEWING_LIBRARIES, run_renewal  # noqa: PLC0415
     from report import assemble, show  # noqa: PLC0415
     from stats import StealProbe  # noqa: PLC0415
+    from topologies import cluster_reps, redlock_reps  # noqa: PLC0415
     from uncontended import async_reps, cycle_reps  # noqa: PLC0415
 
     admin = redis.Redis.from_url(url)
@@ -126,6 +160,7 @@ def _run(url: str, where: str, parts: tuple[str, ...], plan: Plan, args: Any) ->
     contended: dict[str, dict[int, list[dict[str, Any]]]] = {}
     renewal: dict[str, dict[str, Any]] = {}
     asynchronous = None
+    extras: dict[str, Any] = {}
     wants_cycles = "cycle" in parts
     cycle_sessions = [*LIBRARIES, "redlease-ttl10"] if wants_cycles else list(LIBRARIES)
     wants_reference = wants_cycles or "rtt" in parts
@@ -134,14 +169,22 @@ def _run(url: str, where: str, parts: tuple[str, ...], plan: Plan, args: Any) ->
         "handoff": plan.handoff_reps * len(plan.worker_counts) * len(LIBRARIES),
         "renewal": len(RENEWING_LIBRARIES),
         "async": plan.async_reps,
+        "fair": 2 * plan.family_reps,
+        "rw": 2 * plan.family_reps,
+        "semaphore": plan.reps,
+        "redlock": plan.reps,
+        "cluster": plan.reps,
     }
-    total = steps["cycle"] + sum(steps[p] for p in ("handoff", "renewal", "async") if p in parts)
+    total = steps["cycle"] + sum(steps[p] for p in parts if p not in ("rtt", "cycle"))
 
     with Progress(console=Console(stderr=True), transient=False) as progress:
         bar = progress.add_task("starting", total=total)
 
         def tick() -> None:
             progress.advance(bar)
+
+        def label(text: str) -> None:
+            progress.update(bar, description=text)
 
         @contextmanager
         def part(name: str, label: str) -> Iterator[None]:
@@ -206,8 +249,52 @@ def _run(url: str, where: str, parts: tuple[str, ...], plan: Plan, args: Any) ->
                 finally:
                     session.close()
 
+        if "fair" in parts:
+            with part("fair", "fair lock handoff"):
+                runs = contended_pair(
+                    url,
+                    (FAIR, PLAIN),
+                    plan.family_workers,
+                    plan.family_reps,
+                    plan.family_s,
+                    lambda text: label(f"fair: {text}"),
+                    tick,
+                )
+                extras |= fair_figures(runs, plan.family_workers)
+
+        if "rw" in parts:
+            with part("rw", "read-write lock throughput"):
+                runs = contended_pair(
+                    url,
+                    (READ, WRITE),
+                    plan.family_workers,
+                    plan.family_reps,
+                    plan.family_s,
+                    lambda text: label(f"rw: {text}"),
+                    tick,
+                )
+                extras |= rw_figures(runs, plan.family_workers)
+
+        if "semaphore" in parts:
+            with part("semaphore", "semaphore cycles"):
+                extras |= semaphore_reps(
+                    url, admin, plan.reps, plan.rtt_ops, plan.cycles, plan.budget_s, tick
+                )
+
+        if "redlock" in parts:
+            with part("redlock", "redlock over 5 private servers"):
+                extras |= redlock_reps(
+                    plan.reps, plan.rtt_ops, plan.cycles, plan.budget_s, label, tick
+                )
+
+        if "cluster" in parts:
+            with part("cluster", "cluster cycles"):
+                extras |= cluster_reps(
+                    plan.reps, plan.rtt_ops, plan.cycles, plan.budget_s, label, tick
+                )
+
     admin.close()
-    result = assemble(meta, rtts, uncontended, contended, renewal, asynchronous)
+    result = assemble(meta, rtts, uncontended, contended, renewal, asynchronous, extras)
     if args.save:
         args.save.write_text(json.dumps(result, indent=1) + "\n")
     show(result, args.json)
