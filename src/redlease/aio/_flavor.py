@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 from redis.asyncio import ConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from redlease.core.base import Owner
 from redlease.core.lease import Lease, LostCallback, run_callbacks
@@ -125,6 +126,20 @@ async def refresh_topology(client: Any) -> None:
         await client.nodes_manager.initialize()
 
 
+async def master_moved(client: Any) -> bool:
+    """For a Sentinel-managed client: ask the sentinels now; True if the master changed.
+
+    redis-py asks only when it connects, and an old master keeps accepting writes until the
+    sentinels demote it (seconds later); asking each renewal round closes that gap.
+    """
+    pool = getattr(client, "connection_pool", None)
+    ask = getattr(pool, "get_master_address", None)
+    if ask is None:
+        return False
+    before = getattr(pool, "master_address", None)
+    return before is not None and await ask() != before
+
+
 _node_clients: dict[str, Redis] = {}
 
 Guard = asyncio.Lock
@@ -138,7 +153,10 @@ def prepare_pubsub(connection: Any) -> None:
 
 
 async def read_push(connection: Any) -> object:
-    return await connection.read_response()
+    try:
+        return await connection.read_response()
+    except (OSError, AttributeError) as exc:
+        raise RedisConnectionError(f"pub/sub connection closed: {exc}") from exc
 
 
 class Worker:

@@ -94,7 +94,7 @@ class AsyncSemaphore(SemaphoreBase["AsyncLocks"]):
         owner = self._owner()
         publish = await self.locks.commands_for(self.keys)
         request = self._request(self._claim(owner, publish), blocking, timeout)
-        return self._settle(owner, await self.locks.obtain(request), request, None)
+        return self._settle(owner, await self.locks.obtain(self, request), request, None)
 
     async def try_acquire(self) -> Lease | None:
         try:

@@ -17,6 +17,7 @@ from redlease.aio._flavor import (
     check_cancelled,
     current_owner,
     fire,
+    master_moved,
     shielded,
     wrap_locked,
 )
@@ -32,6 +33,7 @@ from redlease.core.base import (
     random_token,
 )
 from redlease.core.claims import Claim
+from redlease.core.hooks import ERROR, Hooks, combine
 from redlease.core.lease import Lease, ReleaseOutcome
 from redlease.core.ops import RunScript, Subscribe
 from redlease.core.protocol import (
@@ -82,6 +84,7 @@ class AsyncLocks(LocksBase):
         replicas: int = 0,
         replica_timeout: float = 1.0,
         replica_aof: bool = False,
+        hooks: Hooks | Iterable[Hooks] | None = None,
         clock: Clock = time.monotonic,
         token_factory: TokenFactory = random_token,
     ) -> None:
@@ -91,12 +94,15 @@ class AsyncLocks(LocksBase):
         self.scripts = Scripts(self.client)
         self.notifier = AsyncNotifier(self.client, self.commands, clock)
         self.renewer = AsyncRenewer(self)
+        self.hooks = combine(hooks)
+        self._watching = False
         if sharded_pubsub is not None:
             self.pubsub_commands = PubSubCommands(sharded_pubsub)
+        self.replica_template = ReplicaAcks(
+            1, ttl_to_ms(replica_timeout, "replica_timeout"), replica_aof
+        )
         if replicas:
-            self.acks = ReplicaAcks(
-                replicas, ttl_to_ms(replica_timeout, "replica_timeout"), replica_aof
-            )
+            self.acks = self.replica_acks(replicas)
 
     def lock(
         self,
@@ -183,7 +189,16 @@ class AsyncLocks(LocksBase):
         return False
 
     async def renew_batch(self, due: list[Lease]) -> list[bool | None]:
-        """Renew due leases in one pipelined round trip; one answer per lease."""
+        """Renew due leases in one pipelined round trip; one answer per lease.
+
+        With a Sentinel-managed client the sentinels are asked first whether the master
+        moved; if so, idle connections and the wake-up links go to the new master.
+        """
+        try:
+            if await master_moved(self.client):
+                await self.notifier.reset()
+        except NETWORK_ERRORS:
+            logger.debug("could not ask the sentinels where the master is")
         batches = renewal_calls(due, per_slot=self.scripts.cluster)
         try:
             replies = await self.scripts.run_many([call for _, call in batches])
@@ -193,6 +208,9 @@ class AsyncLocks(LocksBase):
 
     async def commands(self) -> PubSubCommands:
         """Which pub/sub commands this server has; asked once per client."""
+        if not self._watching:
+            self._watching = True
+            await self.notifier.watch_master()
         if self.pubsub_commands is None:
             try:
                 await self.client.spublish(f"{self.prefix}:{{probe}}:wake", "")
@@ -214,8 +232,15 @@ class AsyncLocks(LocksBase):
         """Whether one script may take several locks at once (not across cluster slots)."""
         return not self.scripts.cluster
 
-    async def obtain(self, request: AcquireRequest) -> Grant | None:
+    async def obtain(self, owner: LeasedBase[Any], request: AcquireRequest) -> Grant | None:
         """Run an acquisition; an interrupted one gives back whatever it may have got."""
+        try:
+            return await self._obtain(request)
+        except Exception as exc:
+            owner._observe(request, ERROR, error=exc)
+            raise
+
+    async def _obtain(self, request: AcquireRequest) -> Grant | None:
         try:
             grant: Grant | None = await self.drive(acquire_flow(request, self.clock))
         except INTERRUPTIONS:
@@ -243,7 +268,7 @@ class AsyncLocks(LocksBase):
     async def _abandon(self, claim: Claim) -> None:
         """An interrupted acquire may have been granted or queued: undo both, best effort."""
         try:
-            await shielded(self.drive(release_flow(claim, withdraw=True)))
+            await shielded(self.drive(release_flow(claim.without_acks(), withdraw=True)))
         except (Exception, ReplicaShortfall):
             logger.debug("could not give back an interrupted grant of %r", claim.keys.name)
 
@@ -325,7 +350,7 @@ class AsyncLock(LockBase["AsyncLocks"]):
         if held is not None:
             return held
         assert request is not None
-        return self._settle(owner, await self.locks.obtain(request), request, self.role)
+        return self._settle(owner, await self.locks.obtain(self, request), request, self.role)
 
     async def try_acquire(self) -> Lease | None:
         """One attempt: the lease, or ``None`` when another owner holds the lock."""
@@ -394,3 +419,4 @@ class AsyncFairLock(AsyncLock):
     """
 
     fair = True
+    kind = "fair"

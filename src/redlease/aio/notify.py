@@ -5,7 +5,7 @@ for the server's confirmation, so a hand-off published after ``subscribe`` retur
 cannot be missed. If a connection drops, its reader reconnects (on a cluster: to the
 node that owns each channel's slot now), resubscribes and wakes every waiter it carried,
 so each tries again (a message may have been lost meanwhile). A server that unsubscribes
-us itself (its slot moved away) gets the same treatment for that channel.
+us itself (its slot moved away) gets its channels subscribed where the slot lives now.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from redlease.aio._flavor import (
     Guard,
     Wakeup,
     Worker,
+    master_moved,
     node_of,
     prepare_pubsub,
     read_push,
@@ -32,6 +33,9 @@ from redlease.errors import ServerUnavailable
 
 logger = logging.getLogger("redlease")
 CONFIRM_TIMEOUT_S = 10.0
+SENTINEL_LINK = "sentinel"
+SWITCH_MASTER = "+switch-master"
+"""What a sentinel publishes when it promoted a new master."""
 RECONNECT_DELAYS = (0.05, 0.1, 0.2, 0.5) + (1.0,) * 60
 """About a minute of attempts before the notifier gives up (waiters still wake on TTL)."""
 
@@ -61,6 +65,8 @@ class AsyncLink:
         self.connection: Any = None  # redis-py's connection classes are untyped
         self.reader: Worker | None = None
         self.channels: set[str] = set()
+        self.stale = False
+        """Set when the server moved: the reader must reconnect and resubscribe."""
 
 
 class AsyncNotifier:
@@ -143,6 +149,38 @@ class AsyncNotifier:
             self._links.clear()
         self._closing = False
 
+    async def watch_master(self) -> None:
+        """With a Sentinel-managed client, follow ``+switch-master`` announcements.
+
+        redis-py looks for the master only when it connects, and an old master keeps
+        accepting writes for seconds after a failover (until the sentinels demote it). On an
+        announcement the client's pool is pointed at the new master and every wake-up link
+        reconnects there, waking its waiters.
+        """
+        manager = getattr(getattr(self._client, "connection_pool", None), "sentinel_manager", None)
+        if manager is None or SENTINEL_LINK in self._links:
+            return
+        connect = manager.sentinels[0].connection_pool.make_connection
+        try:
+            async with self._guard:
+                link = await self._linked(SENTINEL_LINK, connect)
+                await link.connection.send_command("SUBSCRIBE", SWITCH_MASTER)
+        except NETWORK_ERRORS:
+            logger.warning("cannot watch the sentinels for failovers; renewals still ask them")
+
+    async def _follow_master(self) -> None:
+        if await master_moved(self._client):
+            await self.reset()
+
+    async def reset(self) -> None:
+        """Drop every connection: the readers reconnect (to where the server is now),
+        resubscribe and wake their waiters."""
+        async with self._guard:
+            for link in self._links.values():
+                if link.connection is not None and link.name != SENTINEL_LINK:
+                    link.stale = True
+                    await link.connection.disconnect()
+
     async def _linked(self, name: str, connect: Callable[[], Any]) -> AsyncLink:
         link = self._links.get(name)
         if link is None:
@@ -162,8 +200,10 @@ class AsyncNotifier:
             if connection is None:
                 return
             try:
+                if link.stale:
+                    raise ConnectionError("the server moved")
                 reply = await read_push(connection)
-            except NETWORK_ERRORS:
+            except (*NETWORK_ERRORS, ConnectionError):
                 if self._closing or not await self._reconnect(link):
                     return
                 continue
@@ -178,6 +218,10 @@ class AsyncNotifier:
             if self._book.waiters(push.channel):
                 await self._rehome([push.channel])
             return
+        if push.channel == SWITCH_MASTER:
+            if push.kind == "message":
+                await self._follow_master()
+            return
         async with self._guard:
             if push.kind == "message":
                 for waiter in self._book.waiters(push.channel):
@@ -187,7 +231,14 @@ class AsyncNotifier:
                 flag.set()
 
     async def _rehome(self, channels: list[str]) -> None:
-        """Subscribe channels again where their slot lives now, and wake their waiters."""
+        """Subscribe channels again where their slot lives now.
+
+        The waiters are not woken: their queue entries moved with the slot, so the next
+        release reaches them there. Waking them would send a retry that can still land on
+        the demoted master during the failover and take a lock the new master never sees. A
+        hand-off missed while moving is found by the waiter's next retry (at the holder's
+        TTL, via ``acquire.lua``'s own-token check).
+        """
         await refresh_topology(self._client)
         commands = await self._commands()
         for channel in channels:
@@ -202,8 +253,6 @@ class AsyncNotifier:
                 await link.connection.send_command(commands.subscribe, channel)
                 link.channels.add(channel)
                 self._link_of[channel] = link
-                for waiter in self._book.waiters(channel):
-                    waiter.wakeup.set()
 
     async def _reconnect(self, link: AsyncLink) -> bool:
         """Reconnect with bounded backoff, resubscribe, and wake everyone to try again.
@@ -211,38 +260,51 @@ class AsyncNotifier:
         On a cluster a node that stays down gives its channels to the nodes that own their
         slots now (after a failover, the promoted replica).
         """
-        commands = await self._commands()
         for delay in RECONNECT_DELAYS:
             async with self._guard:
-                connection = link.connection
-                if connection is None or self._closing:
+                if link.connection is None or self._closing:
                     return False
-                try:
-                    await connection.disconnect()
-                    await connection.connect()
-                    for channel in link.channels:
-                        await connection.send_command(commands.subscribe, channel)
-                except NETWORK_ERRORS:
-                    logger.debug("notifier reconnect failed; retrying in %.2f s", delay)
-                else:
-                    for channel in link.channels:
-                        for waiter in self._book.waiters(channel):
-                            waiter.wakeup.set()
+                if await self._resubscribed(link):
+                    self._wake(link.channels)
                     return True
-            if link.name != "main":
-                try:
-                    await self._rehome(list(link.channels))
-                except NETWORK_ERRORS:
-                    logger.debug("could not move the channels of %s yet", link.name)
-                if not link.channels:
-                    async with self._guard:
-                        self._links.pop(link.name, None)
-                        link.connection = None
-                    return False
+            if link.name not in ("main", SENTINEL_LINK) and await self._moved_away(link):
+                return False
             await sleep(delay)
         async with self._guard:
             link.connection = None
-            for channel in link.channels:
-                for waiter in self._book.waiters(channel):
-                    waiter.wakeup.set()
+            self._wake(link.channels)
         return False
+
+    async def _resubscribed(self, link: AsyncLink) -> bool:
+        commands = await self._commands()
+        connection = link.connection
+        try:
+            link.stale = False
+            await connection.disconnect()
+            await connection.connect()
+            for channel in link.channels:
+                await connection.send_command(commands.subscribe, channel)
+            if link.name == SENTINEL_LINK:
+                await connection.send_command("SUBSCRIBE", SWITCH_MASTER)
+        except NETWORK_ERRORS:
+            logger.debug("notifier reconnect to %s failed; retrying", link.name)
+            return False
+        return True
+
+    async def _moved_away(self, link: AsyncLink) -> bool:
+        """Give a dead cluster node's channels to their slots' owners; True once none is left."""
+        try:
+            await self._rehome(list(link.channels))
+        except NETWORK_ERRORS:
+            logger.debug("could not move the channels of %s yet", link.name)
+        if link.channels:
+            return False
+        async with self._guard:
+            self._links.pop(link.name, None)
+            link.connection = None
+        return True
+
+    def _wake(self, channels: set[str]) -> None:
+        for channel in channels:
+            for waiter in self._book.waiters(channel):
+                waiter.wakeup.set()

@@ -21,6 +21,7 @@ from redlease.aio._flavor import concurrently, current_owner, fire, sleep
 from redlease.aio.lock import AsyncLocks
 from redlease.aio.renewer import AsyncRenewer
 from redlease.core.base import LockBase, LocksBase, Owner, TokenFactory, random_token
+from redlease.core.hooks import Hooks, combine
 from redlease.core.lease import Lease, ReleaseOutcome
 from redlease.core.ops import RunScript
 from redlease.core.protocol import (
@@ -50,6 +51,7 @@ class AsyncRedlock(LocksBase):
         masters: Sequence[Redis | str],
         *,
         prefix: str = DEFAULT_PREFIX,
+        hooks: Hooks | Sequence[Hooks] | None = None,
         clock: Clock = time.monotonic,
         token_factory: TokenFactory = random_token,
     ) -> None:
@@ -61,6 +63,7 @@ class AsyncRedlock(LocksBase):
             for master in masters
         ]
         self.quorum = quorum(len(self.masters))
+        self.hooks = combine(hooks)
         self.renewer = AsyncRenewer(self)
 
     def lock(
@@ -139,6 +142,7 @@ class AsyncRedlockLock(LockBase[AsyncRedlock]):
     """
 
     role_suffix = "#redlock"
+    kind = "redlock"
 
     def current_owner_ident(self) -> Owner:
         return current_owner()

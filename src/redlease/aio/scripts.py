@@ -12,11 +12,13 @@ from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import AskError, NoScriptError
 
 from redlease.aio._flavor import concurrently, is_cluster, node_of, refresh_topology
 from redlease.core.ops import RunScript
+from redlease.core.protocol import NETWORK_ERRORS
 from redlease.core.replication import ReplicaAcks
+from redlease.scripts import ScriptName
 
 Command = Sequence[str | int]
 
@@ -25,6 +27,7 @@ class Scripts:
     def __init__(self, client: Redis | RedisCluster) -> None:
         self.client = client
         self.cluster = is_cluster(client)
+        self._loaded: set[ScriptName] = set()
 
     async def run(self, op: RunScript) -> Any:
         if op.acks is not None:
@@ -36,11 +39,17 @@ class Scripts:
             return await self.client.evalsha(op.script.sha, len(op.keys), *op.keys, *op.args)
 
     async def _acknowledged(self, op: RunScript, acks: ReplicaAcks) -> Any:
-        """The script and WAIT (and WAITAOF) on one connection: WAIT counts its writes."""
+        """The script and WAIT (and WAITAOF) on one connection: WAIT counts its writes.
+
+        The script is loaded first when this client has not seen it, so a NOSCRIPT retry
+        never waits for the replicas twice.
+        """
+        if op.script not in self._loaded:
+            await self.client.script_load(op.script.source)
+            self._loaded.add(op.script)
         replies = await self._on_node(op.keys[0], [op], acks.commands())
         if isinstance(replies[0], NoScriptError):
-            await self.client.script_load(op.script.source)
-            replies = await self._on_node(op.keys[0], [op], acks.commands())
+            self._loaded.discard(op.script)
         return acks.check(replies)
 
     async def run_many(self, ops: Sequence[RunScript]) -> list[Any]:
@@ -54,9 +63,10 @@ class Scripts:
         }
         for script in missing:
             await self.client.script_load(script.source)
-        if any(_moved(reply) for reply in replies):
+        stale = self.cluster and any(_misrouted(reply) for reply in replies)
+        if stale:
             await refresh_topology(self.client)
-        return await self._spread(ops) if missing else replies
+        return await self._spread(ops) if missing or stale else replies
 
     async def _spread(self, ops: Sequence[RunScript]) -> list[Any]:
         if not self.cluster:
@@ -101,5 +111,6 @@ def _spread_error(result: Any, count: int) -> list[Any]:
     return result if isinstance(result, list) else [result] * count
 
 
-def _moved(reply: Any) -> bool:
-    return isinstance(reply, ResponseError) and str(reply).startswith(("MOVED", "ASK"))
+def _misrouted(reply: Any) -> bool:
+    """The slot lives elsewhere now (MOVED/ASK), or its node is gone: refresh the slot map."""
+    return isinstance(reply, (AskError, *NETWORK_ERRORS))

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from redlease.core.claims import Claim, ExclusiveClaim
+from redlease.core.hooks import ACQUIRED, TIMEOUT, AcquireEvent, Hooks
 from redlease.core.lease import Lease, LostCallback, ReleaseOutcome
 from redlease.core.protocol import HANDED_OVER, AcquireRequest, Clock, Grant, release_reason
 from redlease.core.renewal import RenewalSchedule
@@ -65,7 +66,10 @@ class LocksBase:
         self.token_factory = token_factory
         self.renewals = RenewalSchedule()
         self.pubsub_commands: PubSubCommands | None = None
+        self.hooks: Hooks = Hooks()
+        """Where acquisitions, releases, renewals and losses are reported (see ``hooks=``)."""
         self.acks: ReplicaAcks | None = None
+        self.replica_template = ReplicaAcks(1, DEFAULT_REPLICA_TIMEOUT_MS)
         """Replica acknowledgement every lock write of this client waits for (none by default)."""
         self._held: dict[tuple[str, Hashable], Lease] = {}
         self._contended_until: dict[str, float] = {}
@@ -76,7 +80,7 @@ class LocksBase:
         """What waiting for ``replicas`` confirmations means with this client's settings."""
         if replicas == 0:
             return None
-        template = self.acks or ReplicaAcks(1, DEFAULT_REPLICA_TIMEOUT_MS)
+        template = self.replica_template
         return ReplicaAcks(replicas, template.timeout_ms, template.aof)
 
     def keys(self, name: str) -> LockKeys:
@@ -124,6 +128,7 @@ class LocksBase:
         if role is not None:
             with self._guard:
                 self._held[(role, lease.owner)] = lease
+        lease.on_lost(self.hooks.lost)
         return lease.renewing and self.renewals.register(lease)
 
     def forget(self, lease: Lease, role: str | None) -> None:
@@ -141,6 +146,9 @@ LocksT = TypeVar("LocksT", bound=LocksBase)
 
 class LeasedBase(Generic[LocksT]):
     """Options and rules every leased primitive shares: TTL, renewal, timeout, owner."""
+
+    kind = "lock"
+    """What hooks and ``redlease ls`` call this primitive."""
 
     def __init__(
         self,
@@ -184,7 +192,20 @@ class LeasedBase(Generic[LocksT]):
             blocking=blocking and resolved != 0,
             timeout=None if resolved < 0 else resolved,
             contended=self.locks.contended(claim.keys.lease),
+            started_at=self.locks.clock(),
+            observation=self.locks.hooks.acquire_started(self.name, self.kind),
         )
+
+    def _observe(
+        self,
+        request: AcquireRequest,
+        outcome: str,
+        lease: Lease | None = None,
+        error: BaseException | None = None,
+    ) -> None:
+        wait = self.locks.clock() - request.started_at
+        event = AcquireEvent(self.name, self.kind, outcome, wait, lease, error)
+        self.locks.hooks.acquire_finished(request.observation, event)
 
     def _lease(self, owner: Owner, grant: Grant) -> Lease:
         return Lease(
@@ -204,17 +225,20 @@ class LeasedBase(Generic[LocksT]):
     ) -> Lease:
         """The recorded lease of a grant, or the timeout error when nothing was granted."""
         if grant is None:
+            self._observe(request, TIMEOUT)
             raise LockTimeout(self.name, request.timeout if request.blocking else 0)
         lease = self._lease(owner, grant)
         self.locks.adopt(lease, role)
+        self._observe(request, ACQUIRED, lease)
         return lease
 
     def _finish_release(self, lease: Lease, code: int) -> tuple[ReleaseOutcome, list[LostCallback]]:
         self.locks.note_release(lease.claim.keys.lease, code)
         reason = release_reason(code)
-        if reason is None:
-            return ReleaseOutcome.RELEASED, []
-        return ReleaseOutcome.EXPIRED, lease.mark_lost(reason)
+        outcome = ReleaseOutcome.RELEASED if reason is None else ReleaseOutcome.EXPIRED
+        hold = self.locks.clock() - lease.acquired_at
+        self.locks.hooks.released(lease, self.kind, outcome, hold)
+        return outcome, [] if reason is None else lease.mark_lost(reason)
 
     def _finish_extend(
         self, lease: Lease, ttl_ms: int, result: tuple[bool, float], role: str | None

@@ -8,7 +8,7 @@ read-write lock and the semaphore.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from redlease.core.ops import RunScript
@@ -39,6 +39,7 @@ class Claim(Protocol):
 
     def acquire_op(self, queue_mode: str) -> RunScript: ...
     def release_op(self, withdraw: bool) -> RunScript: ...
+    def without_acks(self) -> Claim: ...
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,10 @@ class ExclusiveClaim:
     def member(self) -> str:
         """The waiter's queue entry: the release hands over with this TTL to this token."""
         return f"{self.ttl_ms}:{self.token}"
+
+    def without_acks(self) -> ExclusiveClaim:
+        """The same claim, for a rollback that must not wait on replicas again."""
+        return replace(self, acks=None)
 
     def acquire_op(self, queue_mode: str) -> RunScript:
         return RunScript(
@@ -147,6 +152,9 @@ class SharedClaim:
             ),
             acks=self.acks if operation in ("acquire", "release", "downgrade") else None,
         )
+
+    def without_acks(self) -> SharedClaim:
+        return replace(self, acks=None)
 
     def acquire_op(self, queue_mode: str) -> RunScript:
         return self._op("acquire", queue_mode)

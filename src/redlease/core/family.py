@@ -24,6 +24,7 @@ class ReadLockBase(LockBase[LocksT]):
     """The shared side of a read-write lock: many readers, each with a lease of its own."""
 
     role_suffix = READ
+    kind = "read"
 
     def _claim(self, token: str, publish: str) -> Claim:
         if self.locks.held(self.keys.lease + WRITE, self._owner()) is not None:
@@ -39,6 +40,7 @@ class WriteLockBase(LockBase[LocksT]):
     readers that arrive while a writer waits queue behind it (writers cannot starve)."""
 
     role_suffix = WRITE
+    kind = "write"
 
     def _claim(self, token: str, publish: str) -> Claim:
         if self.locks.held(self.keys.lease + READ, self._owner()) is not None:
@@ -91,6 +93,8 @@ class SemaphoreBase(LeasedBase[LocksT]):
     Every client of one semaphore must use the same ``permits``. Not reentrant: each
     acquire takes another permit, released by passing its lease back.
     """
+
+    kind = "semaphore"
 
     def __init__(self, locks: LocksT, name: str, permits: int, **options: object) -> None:
         super().__init__(locks, name, **options)  # type: ignore[arg-type]
@@ -156,6 +160,8 @@ class MultiLease:
 
 class MultiLockBase(LeasedBase[LocksT]):
     """Several exclusive locks taken all or none (see :func:`multi_acquire_flow`)."""
+
+    kind = "multi"
 
     def __init__(self, locks: LocksT, names: Iterable[str], **options: object) -> None:
         names = sorted(set(_names(names)))

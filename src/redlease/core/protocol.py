@@ -45,6 +45,9 @@ class AcquireRequest:
     """Seconds to keep trying; ``None`` waits as long as it takes."""
     contended: bool = False
     """This client just handed the lock to a waiter: queue up at once instead of barging."""
+    started_at: float = 0.0
+    observation: Any = None
+    """What the client's hooks returned when the acquisition began."""
 
 
 @dataclass(frozen=True)

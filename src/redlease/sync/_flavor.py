@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
 from redis.cluster import RedisCluster
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from redlease.core.base import Owner
 from redlease.core.lease import Lease, LostCallback, run_callbacks
@@ -103,6 +104,20 @@ def node_of(client: Any, key: str) -> tuple[str, Callable[[], Any], Any]:
     return node.name, node_client.connection_pool.make_connection, node_client
 
 
+def master_moved(client: Any) -> bool:
+    """For a Sentinel-managed client: ask the sentinels now; True if the master changed.
+
+    redis-py asks only when it connects, and an old master keeps accepting writes until the
+    sentinels demote it (seconds later); asking each renewal round closes that gap.
+    """
+    pool = getattr(client, "connection_pool", None)
+    ask = getattr(pool, "get_master_address", None)
+    if ask is None:
+        return False
+    before = getattr(pool, "master_address", None)
+    return before is not None and ask() != before
+
+
 def refresh_topology(client: Any) -> None:
     if is_cluster(client):
         client.nodes_manager.initialize()
@@ -123,7 +138,11 @@ def read_push(connection: Any) -> object:
 
     Looking at the local socket costs no Redis command.
     """
-    return connection.read_response() if connection.can_read(READ_POLL_S) else None
+    try:
+        return connection.read_response() if connection.can_read(READ_POLL_S) else None
+    except (OSError, TypeError, AttributeError, ValueError) as exc:
+        # another thread closed the socket under the reader (a failover reset)
+        raise RedisConnectionError(f"pub/sub connection closed: {exc}") from exc
 
 
 class Worker:

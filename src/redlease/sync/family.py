@@ -95,7 +95,7 @@ class Semaphore(SemaphoreBase["Locks"]):
         owner = self._owner()
         publish = self.locks.commands_for(self.keys)
         request = self._request(self._claim(owner, publish), blocking, timeout)
-        return self._settle(owner, self.locks.obtain(request), request, None)
+        return self._settle(owner, self.locks.obtain(self, request), request, None)
 
     def try_acquire(self) -> Lease | None:
         try:

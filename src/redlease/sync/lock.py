@@ -22,6 +22,7 @@ from redlease.core.base import (
     random_token,
 )
 from redlease.core.claims import Claim
+from redlease.core.hooks import ERROR, Hooks, combine
 from redlease.core.lease import Lease, ReleaseOutcome
 from redlease.core.ops import RunScript, Subscribe
 from redlease.core.protocol import (
@@ -46,6 +47,7 @@ from redlease.sync._flavor import (
     check_cancelled,
     current_owner,
     fire,
+    master_moved,
     shielded,
     wrap_locked,
 )
@@ -83,6 +85,7 @@ class Locks(LocksBase):
         replicas: int = 0,
         replica_timeout: float = 1.0,
         replica_aof: bool = False,
+        hooks: Hooks | Iterable[Hooks] | None = None,
         clock: Clock = time.monotonic,
         token_factory: TokenFactory = random_token,
     ) -> None:
@@ -92,12 +95,15 @@ class Locks(LocksBase):
         self.scripts = Scripts(self.client)
         self.notifier = Notifier(self.client, self.commands, clock)
         self.renewer = Renewer(self)
+        self.hooks = combine(hooks)
+        self._watching = False
         if sharded_pubsub is not None:
             self.pubsub_commands = PubSubCommands(sharded_pubsub)
+        self.replica_template = ReplicaAcks(
+            1, ttl_to_ms(replica_timeout, "replica_timeout"), replica_aof
+        )
         if replicas:
-            self.acks = ReplicaAcks(
-                replicas, ttl_to_ms(replica_timeout, "replica_timeout"), replica_aof
-            )
+            self.acks = self.replica_acks(replicas)
 
     def lock(
         self,
@@ -184,7 +190,16 @@ class Locks(LocksBase):
         return False
 
     def renew_batch(self, due: list[Lease]) -> list[bool | None]:
-        """Renew due leases in one pipelined round trip; one answer per lease."""
+        """Renew due leases in one pipelined round trip; one answer per lease.
+
+        With a Sentinel-managed client the sentinels are asked first whether the master
+        moved; if so, idle connections and the wake-up links go to the new master.
+        """
+        try:
+            if master_moved(self.client):
+                self.notifier.reset()
+        except NETWORK_ERRORS:
+            logger.debug("could not ask the sentinels where the master is")
         batches = renewal_calls(due, per_slot=self.scripts.cluster)
         try:
             replies = self.scripts.run_many([call for _, call in batches])
@@ -194,6 +209,9 @@ class Locks(LocksBase):
 
     def commands(self) -> PubSubCommands:
         """Which pub/sub commands this server has; asked once per client."""
+        if not self._watching:
+            self._watching = True
+            self.notifier.watch_master()
         if self.pubsub_commands is None:
             try:
                 self.client.spublish(f"{self.prefix}:{{probe}}:wake", "")
@@ -215,8 +233,15 @@ class Locks(LocksBase):
         """Whether one script may take several locks at once (not across cluster slots)."""
         return not self.scripts.cluster
 
-    def obtain(self, request: AcquireRequest) -> Grant | None:
+    def obtain(self, owner: LeasedBase[Any], request: AcquireRequest) -> Grant | None:
         """Run an acquisition; an interrupted one gives back whatever it may have got."""
+        try:
+            return self._obtain(request)
+        except Exception as exc:
+            owner._observe(request, ERROR, error=exc)
+            raise
+
+    def _obtain(self, request: AcquireRequest) -> Grant | None:
         try:
             grant: Grant | None = self.drive(acquire_flow(request, self.clock))
         except INTERRUPTIONS:
@@ -244,7 +269,7 @@ class Locks(LocksBase):
     def _abandon(self, claim: Claim) -> None:
         """An interrupted acquire may have been granted or queued: undo both, best effort."""
         try:
-            shielded(self.drive(release_flow(claim, withdraw=True)))
+            shielded(self.drive(release_flow(claim.without_acks(), withdraw=True)))
         except (Exception, ReplicaShortfall):
             logger.debug("could not give back an interrupted grant of %r", claim.keys.name)
 
@@ -326,7 +351,7 @@ class Lock(LockBase["Locks"]):
         if held is not None:
             return held
         assert request is not None
-        return self._settle(owner, self.locks.obtain(request), request, self.role)
+        return self._settle(owner, self.locks.obtain(self, request), request, self.role)
 
     def try_acquire(self) -> Lease | None:
         """One attempt: the lease, or ``None`` when another owner holds the lock."""
@@ -395,3 +420,4 @@ class FairLock(Lock):
     """
 
     fair = True
+    kind = "fair"

@@ -6,7 +6,7 @@ for the server's confirmation, so a hand-off published after ``subscribe`` retur
 cannot be missed. If a connection drops, its reader reconnects (on a cluster: to the
 node that owns each channel's slot now), resubscribes and wakes every waiter it carried,
 so each tries again (a message may have been lost meanwhile). A server that unsubscribes
-us itself (its slot moved away) gets the same treatment for that channel.
+us itself (its slot moved away) gets its channels subscribed where the slot lives now.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from redlease.sync._flavor import (
     Guard,
     Wakeup,
     Worker,
+    master_moved,
     node_of,
     prepare_pubsub,
     read_push,
@@ -33,6 +34,9 @@ from redlease.sync._flavor import (
 
 logger = logging.getLogger("redlease")
 CONFIRM_TIMEOUT_S = 10.0
+SENTINEL_LINK = "sentinel"
+SWITCH_MASTER = "+switch-master"
+"""What a sentinel publishes when it promoted a new master."""
 RECONNECT_DELAYS = (0.05, 0.1, 0.2, 0.5) + (1.0,) * 60
 """About a minute of attempts before the notifier gives up (waiters still wake on TTL)."""
 
@@ -62,6 +66,8 @@ class Link:
         self.connection: Any = None  # redis-py's connection classes are untyped
         self.reader: Worker | None = None
         self.channels: set[str] = set()
+        self.stale = False
+        """Set when the server moved: the reader must reconnect and resubscribe."""
 
 
 class Notifier:
@@ -144,6 +150,38 @@ class Notifier:
             self._links.clear()
         self._closing = False
 
+    def watch_master(self) -> None:
+        """With a Sentinel-managed client, follow ``+switch-master`` announcements.
+
+        redis-py looks for the master only when it connects, and an old master keeps
+        accepting writes for seconds after a failover (until the sentinels demote it). On an
+        announcement the client's pool is pointed at the new master and every wake-up link
+        reconnects there, waking its waiters.
+        """
+        manager = getattr(getattr(self._client, "connection_pool", None), "sentinel_manager", None)
+        if manager is None or SENTINEL_LINK in self._links:
+            return
+        connect = manager.sentinels[0].connection_pool.make_connection
+        try:
+            with self._guard:
+                link = self._linked(SENTINEL_LINK, connect)
+                link.connection.send_command("SUBSCRIBE", SWITCH_MASTER)
+        except NETWORK_ERRORS:
+            logger.warning("cannot watch the sentinels for failovers; renewals still ask them")
+
+    def _follow_master(self) -> None:
+        if master_moved(self._client):
+            self.reset()
+
+    def reset(self) -> None:
+        """Drop every connection: the readers reconnect (to where the server is now),
+        resubscribe and wake their waiters."""
+        with self._guard:
+            for link in self._links.values():
+                if link.connection is not None and link.name != SENTINEL_LINK:
+                    link.stale = True
+                    link.connection.disconnect()
+
     def _linked(self, name: str, connect: Callable[[], Any]) -> Link:
         link = self._links.get(name)
         if link is None:
@@ -163,8 +201,10 @@ class Notifier:
             if connection is None:
                 return
             try:
+                if link.stale:
+                    raise ConnectionError("the server moved")
                 reply = read_push(connection)
-            except NETWORK_ERRORS:
+            except (*NETWORK_ERRORS, ConnectionError):
                 if self._closing or not self._reconnect(link):
                     return
                 continue
@@ -179,6 +219,10 @@ class Notifier:
             if self._book.waiters(push.channel):
                 self._rehome([push.channel])
             return
+        if push.channel == SWITCH_MASTER:
+            if push.kind == "message":
+                self._follow_master()
+            return
         with self._guard:
             if push.kind == "message":
                 for waiter in self._book.waiters(push.channel):
@@ -188,7 +232,14 @@ class Notifier:
                 flag.set()
 
     def _rehome(self, channels: list[str]) -> None:
-        """Subscribe channels again where their slot lives now, and wake their waiters."""
+        """Subscribe channels again where their slot lives now.
+
+        The waiters are not woken: their queue entries moved with the slot, so the next
+        release reaches them there. Waking them would send a retry that can still land on
+        the demoted master during the failover and take a lock the new master never sees. A
+        hand-off missed while moving is found by the waiter's next retry (at the holder's
+        TTL, via ``acquire.lua``'s own-token check).
+        """
         refresh_topology(self._client)
         commands = self._commands()
         for channel in channels:
@@ -203,8 +254,6 @@ class Notifier:
                 link.connection.send_command(commands.subscribe, channel)
                 link.channels.add(channel)
                 self._link_of[channel] = link
-                for waiter in self._book.waiters(channel):
-                    waiter.wakeup.set()
 
     def _reconnect(self, link: Link) -> bool:
         """Reconnect with bounded backoff, resubscribe, and wake everyone to try again.
@@ -212,38 +261,51 @@ class Notifier:
         On a cluster a node that stays down gives its channels to the nodes that own their
         slots now (after a failover, the promoted replica).
         """
-        commands = self._commands()
         for delay in RECONNECT_DELAYS:
             with self._guard:
-                connection = link.connection
-                if connection is None or self._closing:
+                if link.connection is None or self._closing:
                     return False
-                try:
-                    connection.disconnect()
-                    connection.connect()
-                    for channel in link.channels:
-                        connection.send_command(commands.subscribe, channel)
-                except NETWORK_ERRORS:
-                    logger.debug("notifier reconnect failed; retrying in %.2f s", delay)
-                else:
-                    for channel in link.channels:
-                        for waiter in self._book.waiters(channel):
-                            waiter.wakeup.set()
+                if self._resubscribed(link):
+                    self._wake(link.channels)
                     return True
-            if link.name != "main":
-                try:
-                    self._rehome(list(link.channels))
-                except NETWORK_ERRORS:
-                    logger.debug("could not move the channels of %s yet", link.name)
-                if not link.channels:
-                    with self._guard:
-                        self._links.pop(link.name, None)
-                        link.connection = None
-                    return False
+            if link.name not in ("main", SENTINEL_LINK) and self._moved_away(link):
+                return False
             sleep(delay)
         with self._guard:
             link.connection = None
-            for channel in link.channels:
-                for waiter in self._book.waiters(channel):
-                    waiter.wakeup.set()
+            self._wake(link.channels)
         return False
+
+    def _resubscribed(self, link: Link) -> bool:
+        commands = self._commands()
+        connection = link.connection
+        try:
+            link.stale = False
+            connection.disconnect()
+            connection.connect()
+            for channel in link.channels:
+                connection.send_command(commands.subscribe, channel)
+            if link.name == SENTINEL_LINK:
+                connection.send_command("SUBSCRIBE", SWITCH_MASTER)
+        except NETWORK_ERRORS:
+            logger.debug("notifier reconnect to %s failed; retrying", link.name)
+            return False
+        return True
+
+    def _moved_away(self, link: Link) -> bool:
+        """Give a dead cluster node's channels to their slots' owners; True once none is left."""
+        try:
+            self._rehome(list(link.channels))
+        except NETWORK_ERRORS:
+            logger.debug("could not move the channels of %s yet", link.name)
+        if link.channels:
+            return False
+        with self._guard:
+            self._links.pop(link.name, None)
+            link.connection = None
+        return True
+
+    def _wake(self, channels: set[str]) -> None:
+        for channel in channels:
+            for waiter in self._book.waiters(channel):
+                waiter.wakeup.set()

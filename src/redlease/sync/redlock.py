@@ -19,6 +19,7 @@ from typing import Any
 from redis import Redis
 
 from redlease.core.base import LockBase, LocksBase, Owner, TokenFactory, random_token
+from redlease.core.hooks import Hooks, combine
 from redlease.core.lease import Lease, ReleaseOutcome
 from redlease.core.ops import RunScript
 from redlease.core.protocol import (
@@ -51,6 +52,7 @@ class Redlock(LocksBase):
         masters: Sequence[Redis | str],
         *,
         prefix: str = DEFAULT_PREFIX,
+        hooks: Hooks | Sequence[Hooks] | None = None,
         clock: Clock = time.monotonic,
         token_factory: TokenFactory = random_token,
     ) -> None:
@@ -62,6 +64,7 @@ class Redlock(LocksBase):
             for master in masters
         ]
         self.quorum = quorum(len(self.masters))
+        self.hooks = combine(hooks)
         self.renewer = Renewer(self)
 
     def lock(
@@ -140,6 +143,7 @@ class RedlockLock(LockBase[Redlock]):
     """
 
     role_suffix = "#redlock"
+    kind = "redlock"
 
     def current_owner_ident(self) -> Owner:
         return current_owner()

@@ -49,5 +49,7 @@ class Renewer:
             sent_at = clock()
             answers = self._locks.renew_batch(due)
             self.round_trips += 1
-            for lease, callbacks in schedule.settle(due, answers, sent_at, clock()):
+            lost = schedule.settle(due, answers, sent_at, clock())
+            for lease, callbacks in lost:
                 fire(lease, callbacks)
+            self._locks.hooks.renewed(sum(1 for answer in answers if answer), len(lost))

@@ -1,0 +1,341 @@
+"""Redis Cluster: every lock lives on its slot's master, and failovers do not lose it.
+
+The docs promise, per slot, what Sentinel promises per server: a lock's keys stay in one
+slot; wake-ups travel by sharded pub/sub on that slot's node, over one pub/sub connection
+per node; renewals are batched per slot and node; a multi-lock across slots is taken in
+order, all or none, without deadlock; and after a failover the holder, its renewals and
+its waiters follow the slot's new master.
+
+Non-destructive scenarios share the session cluster. A graceful failover leaves it
+healthy (with other masters); the crash test restarts the node it killed and waits until
+the cluster is ok again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+import redis
+from redis.crc import key_slot
+
+import redlease
+from redlease import Lease, LockTimeout, ReleaseOutcome
+from redlease.server import EmbeddedServer
+from redlease.topology import LocalCluster
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(90)]
+
+
+def node_client(node: EmbeddedServer) -> redis.Redis:
+    return redis.Redis(port=node.port, decode_responses=True, socket_timeout=2.0)
+
+
+def value_on_master(cluster: LocalCluster, key: str) -> str | None:
+    """The key as its slot's master (asked directly, not through a cluster client) has it."""
+    with node_client(cluster.master_for_key(key)) as client:
+        return client.get(key)
+
+
+def values_on_masters(cluster: LocalCluster, keys: list[str]) -> list[str | None]:
+    """Many keys at once: one GET per key, pipelined to each slot's master."""
+    owners = {key: cluster.master_for_key(key) for key in keys}
+    values: dict[str, str | None] = {}
+    for node in set(owners.values()):
+        mine = [key for key in keys if owners[key] is node]
+        with node_client(node) as client:
+            pipe = client.pipeline(transaction=False)
+            for key in mine:
+                pipe.get(key)
+            values.update(zip(mine, pipe.execute(), strict=True))
+    return [values[key] for key in keys]
+
+
+async def on_client(locks: Any, call: Callable[[], Any]) -> Any:
+    """Run ``call`` the flavour's way: awaited (asyncio) or on the sync client's thread."""
+    if isinstance(locks, redlease.AsyncLocks):
+        return await call()
+    return await locks.run(call)
+
+
+async def eventually(condition: Callable[[], object], within: float, every: float = 0.02) -> bool:
+    deadline = time.monotonic() + within
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(every)
+    return True
+
+
+def names_on_every_master(cluster: LocalCluster, prefix: str, per_master: int) -> list[str]:
+    """Lock names whose keys spread over every master, ``per_master`` on each."""
+    by_port: dict[int, list[str]] = {master.port: [] for master in cluster.masters()}
+    number = 0
+    while any(len(names) < per_master for names in by_port.values()):
+        name = f"job-{number}"
+        number += 1
+        port = cluster.master_for_key(f"{prefix}:{{{name}}}").port
+        if len(by_port[port]) < per_master:
+            by_port[port].append(name)
+    return [name for names in by_port.values() for name in names]
+
+
+@pytest.fixture
+def cluster(redlease_cluster: LocalCluster) -> LocalCluster:
+    # A previous test may have failed over or crashed a node; start from a settled cluster.
+    redlease_cluster.wait_until_ok(timeout=20)
+    return redlease_cluster
+
+
+@pytest.fixture
+def make_cluster_locks(make_locks, cluster: LocalCluster) -> Callable[..., Awaitable[Any]]:
+    async def make(**options: Any) -> Any:
+        return await make_locks(cluster.url, cluster=True, **options)
+
+    return make
+
+
+async def test_locks_in_different_slots_live_on_their_own_masters(
+    make_cluster_locks, cluster, prefix
+):
+    locks = await make_cluster_locks()
+    names = names_on_every_master(cluster, prefix, per_master=2)
+    assert len({key_slot(f"{prefix}:{{{name}}}".encode()) for name in names}) == len(names)
+
+    leases = [await locks.lock(name, ttl=10).acquire() for name in names]
+
+    for name, lease in zip(names, leases, strict=True):
+        assert value_on_master(cluster, f"{prefix}:{{{name}}}") == lease.token
+    for name in names:
+        assert await locks.lock(name).release() is ReleaseOutcome.RELEASED
+        assert value_on_master(cluster, f"{prefix}:{{{name}}}") is None
+
+
+async def test_waiters_on_every_node_wake_by_hand_off_over_one_connection_per_node(
+    make_cluster_locks, cluster, prefix
+):
+    holder = await make_cluster_locks()
+    waiting = await make_cluster_locks()
+    names = names_on_every_master(cluster, prefix, per_master=2)
+    held = {name: await holder.lock(name, ttl=30).acquire() for name in names}
+
+    if isinstance(waiting, redlease.AsyncLocks):
+        tasks = [
+            asyncio.create_task(waiting.lock(name, owner=name).acquire(timeout=20))
+            for name in names
+        ]
+
+        async def woken() -> list[Lease]:
+            return list(await asyncio.gather(*tasks))
+    else:
+        # One thread per waiter: a sync acquire blocks its thread while it waits.
+        loop = asyncio.get_running_loop()
+        futures = [
+            loop.run_in_executor(
+                None,
+                lambda name=name: waiting.locks.lock(name, owner=name).acquire(timeout=20),
+            )
+            for name in names
+        ]
+
+        async def woken() -> list[Lease]:
+            return list(await asyncio.gather(*futures))
+
+    assert await eventually(lambda: len(waiting.notifier.channels()) == len(names), 5)
+    connections = waiting.notifier.connections()
+    assert 1 <= connections <= len(cluster.masters()), f"{connections} pub/sub connections"
+
+    released_at = time.monotonic()
+    for name in names:
+        await holder.lock(name).release()
+    leases = await asyncio.wait_for(woken(), 10)
+    waited = time.monotonic() - released_at
+
+    assert waited < 1.0, f"hand-off took {waited:.2f} s; the holders' TTL was 30 s"
+    for name, lease in zip(names, leases, strict=True):
+        assert lease.fence > held[name].fence
+        assert value_on_master(cluster, f"{prefix}:{{{name}}}") == lease.token
+    for name in names:  # taken with an explicit owner, so any task or thread may release
+        assert await waiting.lock(name, owner=name).release() is ReleaseOutcome.RELEASED
+
+
+async def test_two_hundred_renewing_leases_renew_in_few_round_trips(
+    make_cluster_locks, cluster, prefix
+):
+    locks = await make_cluster_locks()
+    names = [f"shard-{number}" for number in range(200)]
+    assert len({key_slot(f"{prefix}:{{{name}}}".encode()) for name in names}) > 150
+
+    leases = await on_client(locks, _acquire_all(locks, names, ttl=0.6, renew=True))
+    started = min(lease.acquired_at for lease in leases)
+    await asyncio.sleep(2.0 - (time.monotonic() - started))
+
+    assert [lease.name for lease in leases if lease.lost] == []
+    assert min(lease.renewals for lease in leases) >= 3
+    renewed = sum(lease.renewals for lease in leases)
+    round_trips = locks.renewer.round_trips
+    assert 0 < round_trips <= renewed / 50, f"{renewed} renewals took {round_trips} round trips"
+    keys = [f"{prefix}:{{{name}}}" for name in names]
+    # In a thread: the asyncio flavour's renewal task must keep running meanwhile.
+    on_server = await asyncio.to_thread(values_on_masters, cluster, keys)
+    assert on_server == [lease.token for lease in leases]
+    outcomes = await on_client(locks, _release_all(locks, names))
+    assert set(outcomes) == {ReleaseOutcome.RELEASED}
+
+
+def _acquire_all(locks: Any, names: list[str], **options: Any) -> Callable[[], Any]:
+    if isinstance(locks, redlease.AsyncLocks):
+
+        async def acquire() -> list[Lease]:
+            return [await locks.lock(name, **options).acquire() for name in names]
+
+        return acquire
+    return lambda: [locks.locks.lock(name, **options).acquire() for name in names]
+
+
+def _release_all(locks: Any, names: list[str]) -> Callable[[], Any]:
+    if isinstance(locks, redlease.AsyncLocks):
+
+        async def release() -> list[ReleaseOutcome]:
+            return [await locks.lock(name).release() for name in names]
+
+        return release
+    return lambda: [locks.locks.lock(name).release() for name in names]
+
+
+def multi_lock(locks: Any, names: list[str]) -> Any:
+    """The flavour's multi-lock (the sync one is driven through :func:`on_client`)."""
+    if isinstance(locks, redlease.AsyncLocks):
+        return locks.multi_lock(names)
+    return locks.locks.multi_lock(names)
+
+
+def two_names_in_different_slots(cluster: LocalCluster, prefix: str) -> tuple[str, str]:
+    first, second = names_on_every_master(cluster, prefix, per_master=1)[:2]
+    return first, second
+
+
+async def test_multi_lock_across_slots_takes_all_or_none(make_cluster_locks, cluster, prefix):
+    locks = await make_cluster_locks()
+    rival = await make_cluster_locks()
+    first, second = two_names_in_different_slots(cluster, prefix)
+    multi = multi_lock(locks, [first, second])
+    await rival.lock(second, ttl=30).acquire()
+
+    with pytest.raises(LockTimeout):
+        await on_client(locks, lambda: multi.acquire(timeout=0.3))
+
+    assert value_on_master(cluster, f"{prefix}:{{{first}}}") is None, "nothing kept on failure"
+    await rival.lock(second).release()
+    held = await on_client(locks, lambda: multi.acquire(timeout=5))
+    assert len(held.fences) == 2
+    assert value_on_master(cluster, f"{prefix}:{{{first}}}") is not None
+    assert value_on_master(cluster, f"{prefix}:{{{second}}}") is not None
+    assert await on_client(locks, multi.release) is ReleaseOutcome.RELEASED
+    assert value_on_master(cluster, f"{prefix}:{{{first}}}") is None
+    assert value_on_master(cluster, f"{prefix}:{{{second}}}") is None
+
+
+async def test_multi_locks_in_opposite_orders_do_not_deadlock(make_cluster_locks, cluster, prefix):
+    first, second = two_names_in_different_slots(cluster, prefix)
+    inside: list[str] = []
+    overlaps: list[tuple[str, ...]] = []
+
+    async def worker(label: str, names: list[str], rounds: int) -> int:
+        locks = await make_cluster_locks()
+        multi = multi_lock(locks, names)
+        for _ in range(rounds):
+            await on_client(locks, lambda: multi.acquire(timeout=10))
+            inside.append(label)
+            if len(inside) > 1:
+                overlaps.append(tuple(inside))
+            await asyncio.sleep(0.005)
+            inside.remove(label)
+            await on_client(locks, multi.release)
+        return rounds
+
+    done = await asyncio.wait_for(
+        asyncio.gather(
+            worker("ab", [first, second], 15),
+            worker("ba", [second, first], 15),
+        ),
+        30,
+    )
+
+    assert done == [15, 15]
+    assert overlaps == [], "both multi-locks were held at once"
+
+
+async def test_holder_waiter_and_renewal_follow_a_graceful_failover(
+    make_cluster_locks, cluster, prefix
+):
+    holder = await make_cluster_locks()
+    waiting = await make_cluster_locks()
+    key = f"{prefix}:{{payroll}}"
+    lease = await holder.lock("payroll", ttl=3, renew=True).acquire()
+    waiting_lock = waiting.lock("payroll", owner="w", ttl=3, renew=True)
+    waiter = asyncio.create_task(waiting_lock.acquire(timeout=30))
+    assert await eventually(lambda: len(waiting.notifier.channels()) == 1, 5)
+    old_master = cluster.master_for_key(key)
+
+    new_master = await asyncio.to_thread(cluster.failover, old_master)
+
+    assert cluster.master_for_key(key) is new_master is not old_master
+    assert value_on_master(cluster, key) == lease.token, "the grant was replicated"
+    renewals_before = lease.renewals
+    await asyncio.sleep(2.5)  # past the point where an unrenewed 3 s lease would have ended
+    assert not lease.lost, lease.lost_reason
+    assert lease.renewals > renewals_before, "renewal continues on the new master"
+    assert not waiter.done(), "the waiter keeps waiting while the lock is held"
+    with node_client(new_master) as client:
+        assert client.pttl(key) > 1000
+
+    released_at = time.monotonic()
+    assert await holder.lock("payroll").release() is ReleaseOutcome.RELEASED
+    handed = await asyncio.wait_for(waiter, 10)
+    waited = time.monotonic() - released_at
+
+    assert handed.fence > lease.fence
+    assert waited < 1.0, f"the waiter took {waited:.2f} s; its wake-up did not follow the slot"
+    # A failover that ends in a takeover can leave the old master accepting writes for a
+    # moment (Redis Cluster's documented window); a grant made there vanishes. What the
+    # library promises is that its holder then learns the lease is lost.
+    assert await eventually(
+        lambda: value_on_master(cluster, key) == handed.token or handed.lost, 5
+    ), "the waiter's lease is neither on the slot's master nor reported lost"
+    await waiting_lock.release()
+
+
+@pytest.mark.timeout(120)
+async def test_clients_recover_after_their_slots_master_crashes(
+    make_cluster_locks, cluster, prefix
+):
+    locks = await make_cluster_locks()
+    key = f"{prefix}:{{ledger}}"
+    crashed = cluster.master_for_key(key)
+    lease = await locks.lock("ledger", ttl=8, renew=True).acquire()
+    with node_client(crashed) as client:
+        assert client.wait(1, 2000) == 1, "the replica has the grant before the crash"
+
+    cluster.kill(crashed)
+    try:
+        await asyncio.to_thread(cluster.wait_until_ok, 20)
+        promoted = cluster.master_for_key(key)
+        assert promoted is not crashed
+
+        renewed = lease.renewals
+        assert await eventually(lambda: lease.renewals > renewed or lease.lost, 8)
+        assert not lease.lost, lease.lost_reason
+        assert value_on_master(cluster, key) == lease.token
+        assert await locks.lock("ledger").release() is ReleaseOutcome.RELEASED
+
+        again = await locks.lock("ledger", ttl=5).acquire(timeout=10)
+        assert value_on_master(cluster, key) == again.token
+        assert again.fence > lease.fence
+        assert await locks.lock("ledger").release() is ReleaseOutcome.RELEASED
+    finally:
+        crashed.restart()
+        await asyncio.to_thread(cluster.wait_until_ok, 20)

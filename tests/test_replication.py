@@ -1,0 +1,108 @@
+"""``replicas=N``: a grant counts only once N replicas confirmed it, or it is rolled back.
+
+The docs promise that with ``replicas=N`` a grant is confirmed by N replicas before
+``acquire`` returns, or rolled back with ``NotReplicated``; the replica timeout bounds how
+long that takes; and a lock's own ``replicas=`` overrides the client's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from redlease import NotReplicated, ReleaseOutcome
+from redlease.server import EmbeddedServer
+
+pytestmark = pytest.mark.timeout(30)
+
+REPLICA_TIMEOUT = 0.3
+
+
+class Pair:
+    """A master and one replica, each with a plain client for looking behind our back."""
+
+    def __init__(self, master: EmbeddedServer, replica: EmbeddedServer) -> None:
+        self.master = master
+        self.replica = replica
+        self.on_master = redis.Redis(port=master.port, decode_responses=True)
+        self.on_replica = redis.Redis(port=replica.port, decode_responses=True)
+
+
+@pytest.fixture
+def pair(redlease_servers_factory) -> Iterator[Pair]:
+    (master,) = redlease_servers_factory(1, "--repl-diskless-sync-delay", "0")
+    replica = EmbeddedServer(args=["--replicaof", "127.0.0.1", str(master.port)])
+    replica.start()
+    servers = Pair(master, replica)
+    try:
+        deadline = time.monotonic() + 10
+        while servers.on_replica.info("replication").get("master_link_status") != "up":
+            assert time.monotonic() < deadline, "the replica never synced"
+            time.sleep(0.02)
+        yield servers
+    finally:
+        servers.on_master.close()
+        servers.on_replica.close()
+        replica.stop()
+
+
+async def test_grant_is_on_the_replica_when_acquire_returns(make_locks, pair, prefix):
+    locks = await make_locks(pair.master.url, replicas=1, replica_timeout=REPLICA_TIMEOUT)
+
+    lease = await locks.lock("invoice", ttl=30).acquire()
+
+    assert pair.on_replica.get(f"{prefix}:{{invoice}}") == lease.token
+    assert await locks.lock("invoice").release() is ReleaseOutcome.RELEASED
+
+
+async def test_paused_replica_rolls_the_grant_back_within_the_replica_timeout(
+    make_locks, pair, prefix
+):
+    locks = await make_locks(pair.master.url, replicas=1, replica_timeout=REPLICA_TIMEOUT)
+    plain = await make_locks(pair.master.url)
+    pair.replica.pause()
+    try:
+        started = time.monotonic()
+        with pytest.raises(NotReplicated):
+            await locks.lock("invoice", ttl=30).acquire(timeout=0)
+        elapsed = time.monotonic() - started
+
+        assert pair.on_master.get(f"{prefix}:{{invoice}}") is None, "the grant was rolled back"
+        taken = await plain.lock("invoice", ttl=30).acquire(timeout=0)
+        assert pair.on_master.get(f"{prefix}:{{invoice}}") == taken.token
+    finally:
+        pair.replica.resume()
+
+    assert REPLICA_TIMEOUT <= elapsed < REPLICA_TIMEOUT + 0.5, (
+        f"NotReplicated after {elapsed:.2f} s with a {REPLICA_TIMEOUT} s replica timeout"
+    )
+    assert await plain.lock("invoice").release() is ReleaseOutcome.RELEASED
+
+
+async def test_a_locks_replicas_overrides_the_clients(make_locks, pair, prefix):
+    unacknowledged = await make_locks(pair.master.url, replica_timeout=REPLICA_TIMEOUT)
+    acknowledged = await make_locks(pair.master.url, replicas=1, replica_timeout=REPLICA_TIMEOUT)
+    pair.replica.pause()
+    try:
+        started = time.monotonic()
+        with pytest.raises(NotReplicated):
+            await unacknowledged.lock("strict", ttl=30, replicas=1).acquire(timeout=0)
+        strict_took = time.monotonic() - started
+        assert pair.on_master.get(f"{prefix}:{{strict}}") is None
+
+        started = time.monotonic()
+        lease = await acknowledged.lock("relaxed", ttl=30, replicas=0).acquire(timeout=0)
+        relaxed_took = time.monotonic() - started
+        assert pair.on_master.get(f"{prefix}:{{relaxed}}") == lease.token
+    finally:
+        pair.replica.resume()
+
+    assert relaxed_took < REPLICA_TIMEOUT, "replicas=0 on the lock waits for no replica"
+    assert strict_took < REPLICA_TIMEOUT + 0.5, (
+        f"the lock's replicas=1 took {strict_took:.2f} s; the client's replica timeout is "
+        f"{REPLICA_TIMEOUT} s"
+    )
+    assert await acknowledged.lock("relaxed", replicas=0).release() is ReleaseOutcome.RELEASED

@@ -1,0 +1,201 @@
+"""Sentinel: locks through a Sentinel-managed client, across a failover, and its limits.
+
+The docs promise that clients follow the new master after a failover (redis-py's Sentinel
+client for commands, redlease's wake-up connection reconnecting), so a lock granted and
+replicated before a graceful failover is still held afterwards and a waiter blocked across
+it still gets the lock. They also say what Sentinel cannot do: replication is
+asynchronous, so a master that dies before its replicas got a grant loses the lock, and
+``replicas=1`` refuses such a grant instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+import pytest_asyncio
+import redis
+import redis.asyncio.sentinel
+import redis.sentinel
+
+from redlease import NotReplicated, ReleaseOutcome
+from redlease.topology import LocalSentinel
+
+pytestmark = [pytest.mark.sentinel, pytest.mark.timeout(60)]
+
+SOCKET_TIMEOUT = 1.0
+REPLICA_TIMEOUT = 0.3
+
+
+def master_value(topology: LocalSentinel, key: str) -> str | None:
+    """The key on whichever server the sentinels name as master, asked directly."""
+    host, port = topology.master_address()
+    with redis.Redis(host=host, port=port, decode_responses=True) as client:
+        return client.get(key)
+
+
+async def eventually(condition: Callable[[], object], within: float, every: float = 0.02) -> bool:
+    deadline = time.monotonic() + within
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(every)
+    return True
+
+
+@pytest_asyncio.fixture
+async def make_sentinel_locks(
+    redlease_sentinel: LocalSentinel, make_locks, flavor: str
+) -> AsyncIterator[Callable[..., Any]]:
+    """``await make(**options)``: a client of the test's flavour on ``master_for(service)``.
+
+    Asks for the topology before ``make_locks``, so the clients close while it still runs.
+    """
+    clients: list[Any] = []
+
+    async def make(topology: LocalSentinel = redlease_sentinel, **options: Any) -> Any:
+        if flavor == "async":
+            sentinel: Any = redis.asyncio.sentinel.Sentinel(
+                topology.sentinel_addresses, socket_timeout=SOCKET_TIMEOUT
+            )
+        else:
+            sentinel = redis.sentinel.Sentinel(
+                topology.sentinel_addresses, socket_timeout=SOCKET_TIMEOUT
+            )
+        client = sentinel.master_for(topology.service_name, socket_timeout=SOCKET_TIMEOUT)
+        clients.append(client)
+        return await make_locks(client, **options)
+
+    yield make
+    for client in clients:
+        if isinstance(client, redis.asyncio.Redis):
+            await client.aclose()
+        else:
+            client.close()
+
+
+async def test_locks_work_through_a_sentinel_managed_client(
+    make_sentinel_locks, redlease_sentinel, prefix
+):
+    holder = await make_sentinel_locks()
+    waiting = await make_sentinel_locks()
+    key = f"{prefix}:{{report}}"
+
+    lease = await holder.lock("report", ttl=30).acquire()
+    assert master_value(redlease_sentinel, key) == lease.token
+    waiter = asyncio.create_task(waiting.lock("report", owner="w").acquire(timeout=15))
+    assert await eventually(lambda: len(waiting.notifier.channels()) == 1, 5)
+    released_at = time.monotonic()
+    assert await holder.lock("report").release() is ReleaseOutcome.RELEASED
+    handed = await asyncio.wait_for(waiter, 10)
+
+    assert time.monotonic() - released_at < 1.0, "hand-off, not the 30 s TTL, woke the waiter"
+    assert handed.fence > lease.fence
+    assert master_value(redlease_sentinel, key) == handed.token
+    assert await waiting.lock("report", owner="w").release() is ReleaseOutcome.RELEASED
+    assert master_value(redlease_sentinel, key) is None
+
+
+async def test_lock_held_across_a_failover_stays_held_and_goes_to_the_waiter(
+    make_sentinel_locks, redlease_sentinel, prefix
+):
+    holder = await make_sentinel_locks()
+    waiting = await make_sentinel_locks()
+    key = f"{prefix}:{{invoice}}"
+    # The TTL must outlast the failover itself (about 2 s here): a lease whose TTL runs out
+    # while the sentinels elect a new master is lost, and reported lost.
+    lease = await holder.lock("invoice", ttl=6, renew=True).acquire()
+    waiter = asyncio.create_task(waiting.lock("invoice", owner="w").acquire(timeout=15))
+    try:
+        assert await eventually(lambda: len(waiting.notifier.channels()) == 1, 5)
+        old_address = redlease_sentinel.master_address()
+
+        new_address = await asyncio.to_thread(redlease_sentinel.failover)
+
+        assert new_address != old_address
+        assert master_value(redlease_sentinel, key) == lease.token, "the grant was replicated"
+        renewals_before = lease.renewals
+        await asyncio.sleep(5)  # an unrenewed 6 s lease would be near its end by now
+        assert lease.lost or master_value(redlease_sentinel, key) == lease.token, (
+            "the holder believes it holds a lock that the new master no longer has"
+        )
+        assert not lease.lost, lease.lost_reason
+        assert lease.renewals > renewals_before, "renewal continues on the new master"
+        assert not waiter.done()
+
+        released_at = time.monotonic()
+        assert await holder.lock("invoice").release() is ReleaseOutcome.RELEASED
+        handed = await asyncio.wait_for(asyncio.shield(waiter), 10)
+        waited = time.monotonic() - released_at
+
+        assert master_value(redlease_sentinel, key) == handed.token
+        assert handed.fence > lease.fence
+        assert waited < 1.0, f"the waiter took {waited:.2f} s: its wake-up missed the new master"
+        assert await waiting.lock("invoice", owner="w").release() is ReleaseOutcome.RELEASED
+    finally:
+        waiter.cancel()
+        await asyncio.gather(waiter, return_exceptions=True)
+
+
+@pytest.mark.timeout(90)
+async def test_master_killed_before_replicas_got_the_grant_lets_a_second_client_in(
+    make_sentinel_locks, redlease_sentinel, prefix
+):
+    """The documented loss: asynchronous replication lets the new master grant it again.
+
+    Pausing the replicas alone is not enough to keep the grant from them: the master's
+    write still lands in their sockets' receive buffers and is read after SIGCONT. So the
+    master also drops its replica links (as a network cut would) before the grant.
+    """
+    first = await make_sentinel_locks()
+    master = redlease_sentinel.master()
+    replicas = [server for server in redlease_sentinel.servers if server is not master]
+    for replica in replicas:
+        replica.pause()
+    try:
+        with redis.Redis(port=master.port) as client:
+            assert client.client_kill_filter(_type="replica") == len(replicas)
+        lease = await first.lock("shipment", ttl=30).acquire()
+        assert master_value(redlease_sentinel, f"{prefix}:{{shipment}}") == lease.token
+        redlease_sentinel.kill_master()
+    finally:
+        for replica in replicas:
+            replica.resume()
+    await asyncio.to_thread(redlease_sentinel.failover)
+
+    second = await make_sentinel_locks()
+    rival = await second.lock("shipment", ttl=30).acquire(timeout=0)
+
+    assert master_value(redlease_sentinel, f"{prefix}:{{shipment}}") == rival.token
+    assert not lease.lost, "the first holder still believes it holds the lock: two holders"
+    # The fence counter's increment was lost with the grant: the new token does not exceed
+    # the old one, which is why the docs ask the resource to refuse an equal token too.
+    assert rival.fence <= lease.fence
+
+
+async def test_replicas_1_refuses_a_grant_the_paused_replicas_cannot_confirm(
+    make_sentinel_locks, redlease_sentinel, prefix
+):
+    locks = await make_sentinel_locks(replicas=1, replica_timeout=REPLICA_TIMEOUT)
+    replicas = redlease_sentinel.servers[1:]
+    for replica in replicas:
+        replica.pause()
+    try:
+        started = time.monotonic()
+        with pytest.raises(NotReplicated):
+            await locks.lock("shipment", ttl=30).acquire(timeout=0)
+        elapsed = time.monotonic() - started
+        assert master_value(redlease_sentinel, f"{prefix}:{{shipment}}") is None
+    finally:
+        for replica in replicas:
+            replica.resume()
+
+    assert elapsed < REPLICA_TIMEOUT + 0.5, (
+        f"NotReplicated took {elapsed:.2f} s with a {REPLICA_TIMEOUT} s replica timeout"
+    )
+    lease = await locks.lock("shipment", ttl=30).acquire(timeout=5)
+    assert master_value(redlease_sentinel, f"{prefix}:{{shipment}}") == lease.token
+    assert await locks.lock("shipment").release() is ReleaseOutcome.RELEASED
