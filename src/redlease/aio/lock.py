@@ -236,7 +236,7 @@ class AsyncLocks(LocksBase):
         """Run an acquisition; an interrupted one gives back whatever it may have got."""
         try:
             return await self._obtain(request)
-        except Exception as exc:
+        except BaseException as exc:
             owner._observe(request, ERROR, error=exc)
             raise
 

@@ -88,7 +88,7 @@ def combine(hooks: Hooks | Iterable[Hooks] | None) -> Hooks:
     if hooks is None:
         return Hooks()
     if isinstance(hooks, Hooks):
-        return hooks
+        return CompositeHooks([hooks])
     return CompositeHooks(hooks)
 
 

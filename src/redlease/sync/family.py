@@ -15,6 +15,7 @@ from redlease.core.family import (
     SemaphoreBase,
     WriteLockBase,
 )
+from redlease.core.hooks import ACQUIRED, ERROR, TIMEOUT
 from redlease.core.lease import Lease, ReleaseOutcome
 from redlease.core.ops import RunScript
 from redlease.core.protocol import (
@@ -187,13 +188,16 @@ class MultiLock(MultiLockBase["Locks"]):
         flow = multi_acquire_flow(claims, self.locks.atomic_multi, request, self.locks.clock)
         try:
             result = self.locks.drive(flow)
-        except BaseException:
+        except BaseException as exc:
+            self._observe(request, ERROR, error=exc)
             for claim in claims:
                 self.locks.drive(release_flow(claim, withdraw=True))
             raise
         held = self._adopt_all(owner, claims, result)
         if held is None:
+            self._observe(request, TIMEOUT)
             raise LockTimeout(self.name, request.timeout if request.blocking else 0)
+        self._observe(request, ACQUIRED, held.leases[0])
         return held
 
     def release(self) -> ReleaseOutcome:

@@ -237,7 +237,7 @@ class Locks(LocksBase):
         """Run an acquisition; an interrupted one gives back whatever it may have got."""
         try:
             return self._obtain(request)
-        except Exception as exc:
+        except BaseException as exc:
             owner._observe(request, ERROR, error=exc)
             raise
 

@@ -1,0 +1,338 @@
+"""Metrics and traces: what an operator sees of acquisitions, holds, losses and failures.
+
+Every scenario runs against a real server, through the sync and the asyncio client
+(``make_locks``), with a fresh Prometheus registry or an in-memory span exporter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+from prometheus_client import CollectorRegistry
+
+import redlease
+from redlease.core.hooks import AcquireEvent, Hooks
+from redlease.metrics import PrometheusHooks
+from redlease.tracing import OpenTelemetryHooks
+
+DOWN_URL = "redis://127.0.0.1:1"
+
+
+@pytest.fixture
+def registry() -> CollectorRegistry:
+    return CollectorRegistry()
+
+
+@pytest.fixture
+def exporter() -> InMemorySpanExporter:
+    return InMemorySpanExporter()
+
+
+@pytest.fixture
+def tracer_provider(exporter: InMemorySpanExporter) -> Iterator[TracerProvider]:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield provider
+    provider.shutdown()
+
+
+def sample(registry: CollectorRegistry, metric: str, /, **labels: str) -> float:
+    """A sample's value, 0 when the series does not exist (yet)."""
+    return registry.get_sample_value(metric, labels) or 0.0
+
+
+def spans(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
+    return [span for span in exporter.get_finished_spans() if span.name == name]
+
+
+async def eventually(condition: Callable[[], object], within: float = 3.0) -> bool:
+    deadline = time.monotonic() + within
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.02)
+    return True
+
+
+# Prometheus
+
+
+async def test_acquire_hold_and_release_are_counted(make_locks, registry):
+    locks = await make_locks(hooks=PrometheusHooks(registry))
+    lock = locks.lock("orders:42")
+
+    async with lock:
+        assert sample(registry, "redlease_held", kind="lock") == 1
+        assert sample(registry, "redlease_acquire_total", kind="lock", outcome="acquired") == 1
+        assert sample(registry, "redlease_acquire_wait_seconds_count", kind="lock") == 1
+        assert sample(registry, "redlease_release_total", kind="lock", outcome="released") == 0
+        await asyncio.sleep(0.05)
+
+    assert sample(registry, "redlease_held", kind="lock") == 0
+    assert sample(registry, "redlease_release_total", kind="lock", outcome="released") == 1
+    assert sample(registry, "redlease_hold_seconds_count", kind="lock") == 1
+    assert sample(registry, "redlease_hold_seconds_sum", kind="lock") >= 0.05
+    assert sample(registry, "redlease_lost_total", kind="lock") == 0
+
+
+async def test_reentry_is_not_a_second_acquisition(make_locks, registry):
+    lock = (await make_locks(hooks=PrometheusHooks(registry))).lock("orders:42")
+
+    async with lock, lock:
+        assert sample(registry, "redlease_held", kind="lock") == 1
+
+    assert sample(registry, "redlease_acquire_total", kind="lock", outcome="acquired") == 1
+    assert sample(registry, "redlease_held", kind="lock") == 0
+
+
+async def test_timeout_is_counted_and_not_timed_as_a_wait(make_locks, registry):
+    locks = await make_locks(hooks=PrometheusHooks(registry))
+    async with locks.lock("orders:42"):
+        with pytest.raises(redlease.LockTimeout):
+            await locks.lock("orders:42", owner="someone else").acquire(timeout=0.1)
+
+    assert sample(registry, "redlease_acquire_total", kind="lock", outcome="timeout") == 1
+    assert sample(registry, "redlease_acquire_total", kind="lock", outcome="acquired") == 1
+    assert sample(registry, "redlease_acquire_wait_seconds_count", kind="lock") == 1
+
+
+async def test_unreachable_server_is_counted_as_an_error(make_locks, registry):
+    # sharded_pubsub given: otherwise the client's first probe of the server fails before
+    # the acquisition begins, and nothing is reported (see docs/observability.md).
+    locks = await make_locks(DOWN_URL, hooks=PrometheusHooks(registry), sharded_pubsub=False)
+
+    with pytest.raises(redlease.ServerUnavailable):
+        await locks.lock("orders:42").acquire(timeout=1)
+
+    assert sample(registry, "redlease_acquire_total", kind="lock", outcome="error") == 1
+    assert sample(registry, "redlease_held", kind="lock") == 0
+
+
+@pytest.mark.timeout(30)
+async def test_lease_deleted_behind_a_renewing_holder_is_counted_lost(
+    make_locks, registry, exporter, tracer_provider, server
+):
+    hooks = [PrometheusHooks(registry), OpenTelemetryHooks(tracer_provider)]
+    lock = (await make_locks(hooks=hooks)).lock("settlement", ttl=0.3, renew=True)
+
+    with pytest.raises(redlease.LeaseLost):
+        async with lock:
+            server.delete(lock.keys.lease)
+            assert await eventually(lambda: sample(registry, "redlease_lost_total", kind="lock"))
+
+    assert sample(registry, "redlease_lost_total", kind="lock") == 1
+    assert sample(registry, "redlease_renewals_total", outcome="lost") == 1
+    assert sample(registry, "redlease_release_total", kind="lock", outcome="expired") == 1
+    assert sample(registry, "redlease_held", kind="lock") == 0
+    (lost,) = spans(exporter, "redlease.lost")
+    (acquire,) = spans(exporter, "redlease.acquire")
+    assert lost.attributes is not None
+    assert lost.attributes["redlease.name"] == "settlement"
+    assert lost.status.status_code is StatusCode.ERROR
+    assert [link.context.span_id for link in lost.links] == [acquire.context.span_id]
+
+
+@pytest.mark.timeout(30)
+async def test_kept_renewals_are_counted(make_locks, registry):
+    lock = (await make_locks(hooks=PrometheusHooks(registry))).lock("job", ttl=0.15, renew=True)
+
+    async with lock:
+        assert await eventually(lambda: sample(registry, "redlease_renewals_total", outcome="kept"))
+
+    assert sample(registry, "redlease_renewals_total", outcome="lost") == 0
+
+
+def test_semaphore_permits_are_held_one_by_one(redlease_url, prefix, registry):
+    with redlease.Locks(redlease_url, prefix=prefix, hooks=PrometheusHooks(registry)) as locks:
+        semaphore = locks.semaphore("pool", 3)
+        first, second = semaphore.acquire(), semaphore.acquire()
+        assert sample(registry, "redlease_held", kind="semaphore") == 2
+        semaphore.release(first)
+        semaphore.release(second)
+
+    assert sample(registry, "redlease_held", kind="semaphore") == 0
+    assert sample(registry, "redlease_release_total", kind="semaphore", outcome="released") == 2
+
+
+async def test_names_are_labels_only_through_name_label(make_locks, registry):
+    hooks = PrometheusHooks(registry, name_label=lambda name: name.split(":")[0])
+    locks = await make_locks(hooks=hooks)
+
+    for order in ("orders:1", "orders:2", "invoices:7"):
+        async with locks.lock(order):
+            pass
+
+    acquired = {"kind": "lock", "outcome": "acquired"}
+    assert sample(registry, "redlease_acquire_total", **acquired, name="orders") == 2
+    assert sample(registry, "redlease_acquire_total", **acquired, name="invoices") == 1
+    assert sample(registry, "redlease_held", kind="lock", name="orders") == 0
+
+
+def test_lock_names_are_not_labels_by_default(redlease_url, prefix, registry):
+    with redlease.Locks(redlease_url, prefix=prefix, hooks=PrometheusHooks(registry)) as locks:
+        with locks.lock("orders:42"):
+            pass
+
+    labels = {
+        name
+        for metric in registry.collect()
+        for metric_sample in metric.samples
+        for name in metric_sample.labels
+    }
+    assert labels <= {"kind", "outcome", "le"}
+
+
+def test_two_hooks_on_one_registry_share_the_metrics(redlease_url, prefix, registry):
+    first, second = PrometheusHooks(registry), PrometheusHooks(registry)
+    with (
+        redlease.Locks(redlease_url, prefix=prefix, hooks=first) as one,
+        redlease.Locks(redlease_url, prefix=prefix, hooks=second) as other,
+    ):
+        with one.lock("a"), other.lock("b"):
+            assert sample(registry, "redlease_held", kind="lock") == 2
+
+    assert sample(registry, "redlease_acquire_total", kind="lock", outcome="acquired") == 2
+    assert sample(registry, "redlease_held", kind="lock") == 0
+
+
+def test_hooks_on_one_registry_must_agree_on_the_name_label(registry):
+    PrometheusHooks(registry)
+    with pytest.raises(ValueError, match="name_label"):
+        PrometheusHooks(registry, name_label=str)
+    PrometheusHooks(registry, prefix="other", name_label=str)  # another prefix is fine
+
+
+def test_importing_the_adapters_registers_nothing():
+    code = (
+        "import redlease.metrics, redlease.tracing\n"
+        "from prometheus_client import REGISTRY\n"
+        "names = [m.name for m in REGISTRY.collect() if m.name.startswith('redlease')]\n"
+        "assert not names, names\n"
+        "redlease.metrics.PrometheusHooks()\n"
+        "assert REGISTRY.get_sample_value('redlease_renewals_total', {'outcome': 'kept'}) == 0\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=30)
+
+
+# Hooks that fail
+
+
+class Failing(Hooks):
+    def acquire_started(self, name: str, kind: str) -> Any:
+        raise RuntimeError("acquire_started failed")
+
+    def acquire_finished(self, context: Any, event: AcquireEvent) -> None:
+        raise RuntimeError("acquire_finished failed")
+
+    def released(self, *args: Any) -> None:
+        raise RuntimeError("released failed")
+
+
+@pytest.mark.parametrize(
+    "make_hooks",
+    [
+        pytest.param(lambda registry: Failing(), id="alone"),
+        pytest.param(lambda registry: [Failing(), PrometheusHooks(registry)], id="with-others"),
+    ],
+)
+async def test_a_failing_hook_is_logged_and_the_lock_still_works(
+    make_locks, registry, caplog, make_hooks
+):
+    hooks = make_hooks(registry)
+    locks = await make_locks(hooks=hooks)
+
+    with caplog.at_level(logging.ERROR, logger="redlease"):
+        async with locks.lock("orders:42") as lease:
+            assert lease.fence > 0
+
+    failures = [r.getMessage() for r in caplog.records if r.name == "redlease"]
+    assert failures == [
+        "redlease hook Failing.acquire_started raised",
+        "redlease hook Failing.acquire_finished raised",
+        "redlease hook Failing.released raised",
+    ]
+    if isinstance(hooks, list):  # the other hooks saw everything
+        assert sample(registry, "redlease_release_total", kind="lock", outcome="released") == 1
+
+
+# OpenTelemetry
+
+
+async def test_acquire_and_release_spans(make_locks, exporter, tracer_provider):
+    locks = await make_locks(hooks=OpenTelemetryHooks(tracer_provider))
+
+    async with locks.lock("orders:42", ttl=5) as lease:
+        await asyncio.sleep(0.02)
+
+    (acquire,) = spans(exporter, "redlease.acquire")
+    (release,) = spans(exporter, "redlease.release")
+    assert acquire.attributes is not None
+    assert release.attributes is not None
+    assert dict(acquire.attributes) == {
+        "redlease.name": "orders:42",
+        "redlease.kind": "lock",
+        "redlease.outcome": "acquired",
+        "redlease.wait_ms": pytest.approx(acquire.attributes["redlease.wait_ms"]),
+        "redlease.fence": lease.fence,
+        "redlease.ttl_ms": 5000,
+    }
+    assert 0 <= float(acquire.attributes["redlease.wait_ms"]) < 1000  # type: ignore[arg-type]
+    assert acquire.status.status_code is StatusCode.UNSET
+    assert release.attributes["redlease.outcome"] == "released"
+    assert float(release.attributes["redlease.hold_ms"]) >= 20  # type: ignore[arg-type]
+    assert [link.context.span_id for link in release.links] == [acquire.context.span_id]
+    assert acquire.instrumentation_scope is not None
+    assert acquire.instrumentation_scope.name == "redlease"
+    assert acquire.instrumentation_scope.version == redlease.__version__
+
+
+async def test_timeout_is_an_outcome_not_an_error(make_locks, exporter, tracer_provider):
+    locks = await make_locks(hooks=OpenTelemetryHooks(tracer_provider))
+    async with locks.lock("orders:42"):
+        assert await locks.lock("orders:42", owner="someone else").try_acquire() is None
+
+    timeouts = [
+        span
+        for span in spans(exporter, "redlease.acquire")
+        if span.attributes and span.attributes["redlease.outcome"] == "timeout"
+    ]
+    (timeout,) = timeouts
+    assert timeout.status.status_code is StatusCode.UNSET
+    assert timeout.attributes is not None
+    assert "redlease.fence" not in timeout.attributes
+
+
+async def test_unreachable_server_is_an_error_span(make_locks, exporter, tracer_provider):
+    hooks = OpenTelemetryHooks(tracer_provider)
+    locks = await make_locks(DOWN_URL, hooks=hooks, sharded_pubsub=False)
+
+    with pytest.raises(redlease.ServerUnavailable):
+        await locks.lock("orders:42").acquire(timeout=1)
+
+    (acquire,) = spans(exporter, "redlease.acquire")
+    assert acquire.attributes is not None
+    assert acquire.attributes["redlease.outcome"] == "error"
+    assert acquire.status.status_code is StatusCode.ERROR
+    assert "ServerUnavailable" in (acquire.status.description or "")
+    (event,) = acquire.events
+    assert event.name == "exception"
+    assert event.attributes is not None
+    assert event.attributes["exception.type"].endswith("ServerUnavailable")  # type: ignore[union-attr]
+
+
+def test_spans_need_only_the_api(redlease_url, prefix):
+    """Without an SDK the hooks cost nothing and break nothing (the API is a no-op)."""
+    with redlease.Locks(redlease_url, prefix=prefix, hooks=OpenTelemetryHooks()) as locks:
+        with locks.lock("orders:42") as lease:
+            assert lease.fence > 0
