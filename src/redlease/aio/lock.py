@@ -182,6 +182,12 @@ class AsyncLocks(LocksBase):
 
         return decorate
 
+    def after_fork(self) -> None:
+        super().after_fork()
+        self.notifier = AsyncNotifier(self.client, self.commands, self.clock)
+        self.renewer = AsyncRenewer(self)
+        self._watching = False
+
     def adopt(self, lease: Lease, role: str | None) -> bool:
         if super().adopt(lease, role) or (lease.renewing and not self.renewer.running()):
             self.renewer.wake()
@@ -211,6 +217,7 @@ class AsyncLocks(LocksBase):
         if not self._watching:
             self._watching = True
             await self.notifier.watch_master()
+            await self._warn_if_evicting()
         if self.pubsub_commands is None:
             try:
                 await self.client.spublish(f"{self.prefix}:{{probe}}:wake", "")
@@ -219,6 +226,21 @@ class AsyncLocks(LocksBase):
             else:
                 self.pubsub_commands = PubSubCommands(sharded=True)
         return self.pubsub_commands
+
+    async def _warn_if_evicting(self) -> None:
+        """Say once if the server may evict keys: a lock evicted under memory pressure is
+        simply gone, and another client takes it."""
+        try:
+            config = await self.client.config_get("maxmemory*")
+        except Exception:
+            return
+        policy = str(config.get("maxmemory-policy", "noeviction"))
+        if str(config.get("maxmemory", "0")) != "0" and policy != "noeviction":
+            logger.warning(
+                "the server evicts keys under memory pressure (maxmemory-policy %s): a lock "
+                "can vanish while held; use noeviction on servers that keep locks",
+                policy,
+            )
 
     async def commands_for(self, keys: LockKeys) -> str:
         """The publish command, or :class:`ServerUnavailable` naming the lock."""

@@ -13,6 +13,7 @@ import secrets
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
@@ -75,6 +76,18 @@ class LocksBase:
         self._contended_until: dict[str, float] = {}
         self._guard = threading.Lock()
         self._host = socket.gethostname()
+        _clients.add(self)
+
+    def after_fork(self) -> None:
+        """In a forked child: forget the parent's leases; its workers start afresh if needed.
+
+        The child shares nothing it could harm the parent with: it neither renews nor
+        releases a lease the parent holds (``release`` there raises ``NotOwned``).
+        """
+        self._held = {}
+        self._contended_until = {}
+        self._guard = threading.Lock()
+        self.renewals = RenewalSchedule()
 
     def replica_acks(self, replicas: int) -> ReplicaAcks | None:
         """What waiting for ``replicas`` confirmations means with this client's settings."""
@@ -142,6 +155,17 @@ class LocksBase:
 
 
 LocksT = TypeVar("LocksT", bound=LocksBase)
+
+_clients: weakref.WeakSet[LocksBase] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for client in list(_clients):
+        client.after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class LeasedBase(Generic[LocksT]):
