@@ -6,9 +6,9 @@ it in :data:`DEMOS`; ``redlease demo <name>`` then offers it with its own option
 
 from __future__ import annotations
 
-from redlease.demos import flash_sale
+from redlease.demos import cache_rebuild, flash_sale, one_order, watchdog
 from redlease.demos.base import Demo
 
 __all__ = ["DEMOS", "Demo"]
 
-DEMOS: tuple[Demo, ...] = (flash_sale.DEMO,)
+DEMOS: tuple[Demo, ...] = (flash_sale.DEMO, cache_rebuild.DEMO, one_order.DEMO, watchdog.DEMO)

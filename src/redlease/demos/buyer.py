@@ -5,6 +5,10 @@ many application servers, each with its own client, meeting only in Redis. Every
 connects, reports ready, waits for the common start signal (so slow interpreter start-up
 does not decide the race), then buys until it sees the stock at zero, its attempts run
 out, or the deadline passes.
+
+When the stock is split into segments, a buyer goes round robin over the segments,
+starting at its own index (so buyers spread out at once), and drops a segment from its
+round when it finds it sold out; it stops when every segment is sold out.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import Any, Protocol
 
 import redis
 
-from redlease.demos.shop import LOCK_NAME, Outcome, Shop, ShopKeys
+from redlease.demos.shop import Outcome, Shop, ShopKeys
 from redlease.errors import LockTimeout
 from redlease.sync.lock import Locks
 
@@ -46,6 +50,7 @@ class BuyerPlan:
     hold: float
     seconds: float
     start_timeout: float = 60.0
+    segments: int = 1
 
 
 @dataclass(frozen=True)
@@ -80,25 +85,31 @@ def buy_until_sold_out(plan: BuyerPlan, outbox: Outbox, start: StartSignal) -> N
 
 
 def _shop_until_done(plan: BuyerPlan, client: redis.Redis) -> BuyerReport:
-    shop = Shop(client, ShopKeys(plan.run_id), hold=plan.hold)
+    shop = Shop(client, ShopKeys(plan.run_id, plan.segments), hold=plan.hold)
     locks = Locks(client, prefix=shop.keys.lock_prefix) if plan.locked else None
     deadline = time.monotonic() + plan.seconds
     attempts = sold = fenced_off = 0
     out_of_time = False
+    open_segments = list(range(plan.segments))
+    turn = plan.index
     try:
-        while attempts < plan.attempts:
+        while attempts < plan.attempts and open_segments:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 out_of_time = True
                 break
             attempts += 1
+            segment = open_segments[turn % len(open_segments)]
+            turn += 1
+            order_id = f"buyer{plan.index}-{attempts}"
             try:
-                outcome = _buy_once(shop, locks, f"buyer{plan.index}-{attempts}", remaining)
+                outcome = _buy_once(shop, locks, order_id, remaining, segment)
             except LockTimeout:
                 out_of_time = True
                 break
             if outcome is Outcome.SOLD_OUT:
-                break
+                open_segments.remove(segment)
+                continue
             sold += outcome is Outcome.SOLD
             fenced_off += outcome is Outcome.FENCED_OFF
     finally:
@@ -107,9 +118,14 @@ def _shop_until_done(plan: BuyerPlan, client: redis.Redis) -> BuyerReport:
     return BuyerReport(plan.index, attempts, sold, fenced_off, out_of_time, time.monotonic())
 
 
-def _buy_once(shop: Shop, locks: Locks | None, order_id: str, timeout: float) -> Outcome:
-    """One purchase; under the lock, the order and the stock write carry the lease's fence."""
+def _buy_once(
+    shop: Shop, locks: Locks | None, order_id: str, timeout: float, segment: int
+) -> Outcome:
+    """One purchase from ``segment``, under that segment's lock if ``locks`` is given.
+
+    Under the lock, the order and the stock write carry the lease's fence.
+    """
     if locks is None:
-        return shop.buy(order_id)
-    with locks.lock(LOCK_NAME, timeout=timeout) as lease:
-        return shop.buy(f"{order_id}@{lease.fence}", lease=lease)
+        return shop.buy(order_id, segment=segment)
+    with locks.lock(shop.keys.lock_name(segment), timeout=timeout) as lease:
+        return shop.buy(f"{order_id}@{lease.fence}", lease=lease, segment=segment)

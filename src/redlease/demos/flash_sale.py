@@ -4,6 +4,11 @@ Without the lock the read-check-write of a purchase interleaves between processe
 shop sells more than it has; with ``locks.lock("flash-sale:stock")`` around it the sale
 ends at exactly M orders. The defaults (100 items, 8 buyers, 1 ms of work between the
 read and the write) make the oversell show up on every run, even on two cores.
+
+``--segments N`` splits the stock into N segments, each with its own stock key and its own
+lock ``flash-sale:stock:i``: the fix for one hot lock. Buyers of different segments no
+longer wait for each other, so the locked sale gets faster with N, and still never
+oversells, because every segment is still sold under its lock.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from redlease.commands.common import UsageError
 from redlease.demos import display
 from redlease.demos.base import (
     Demo,
@@ -33,7 +39,7 @@ from redlease.demos.base import (
     reachable_server,
 )
 from redlease.demos.buyer import BuyerPlan, BuyerReport, buy_until_sold_out
-from redlease.demos.shop import Shop, ShopKeys
+from redlease.demos.shop import Shop, ShopKeys, split_stock
 
 __all__ = ["DEMO", "SaleResult", "SaleSettings", "run_sale"]
 
@@ -44,6 +50,7 @@ if TYPE_CHECKING:
     Outbox: TypeAlias = Queue[tuple[str, Any]]
 
 MAX_WORKERS = 256
+MAX_SEGMENTS = 1024
 POLL_INTERVAL = 0.05
 START_TIMEOUT = 60.0
 STOP_GRACE = 10.0
@@ -57,16 +64,21 @@ class SaleSettings:
     locked: bool = True
     hold_ms: float = 1.0
     seconds: float = 60.0
+    segments: int = 1
 
     @property
     def attempts_per_worker(self) -> int:
-        """By default a buyer may try as often as there are items: it could win them all."""
-        return self.attempts if self.attempts is not None else self.stock + 1
+        """By default a buyer may win every item, plus find each segment sold out once."""
+        return self.attempts if self.attempts is not None else self.stock + self.segments
 
 
 @dataclass(frozen=True)
 class SaleResult:
-    """The figures of one sale; ``oversold`` counts orders beyond the stock, never negative."""
+    """The figures of one sale; ``oversold`` counts orders beyond the stock, never negative.
+
+    With segments, ``oversold`` adds up each segment's orders beyond its own stock, and
+    ``segment_stock`` / ``segment_sold`` give the stock put on sale and the orders per segment.
+    """
 
     stock: int
     sold: int
@@ -79,14 +91,18 @@ class SaleResult:
     attempts: int
     fenced_off: int
     out_of_time: bool
+    segments: int
+    segment_stock: list[int]
+    segment_sold: list[int]
 
 
 def run_sale(
     url: str, settings: SaleSettings, on_progress: Callable[[int], None] = lambda sold: None
 ) -> SaleResult:
     """Open a shop under a fresh key namespace, let the buyers loose, and count; always clean up."""
+    _check_segments(settings)
     client = redis.Redis.from_url(url)
-    shop = Shop(client, ShopKeys(uuid.uuid4().hex[:12]))
+    shop = Shop(client, ShopKeys(uuid.uuid4().hex[:12], settings.segments))
     context = multiprocessing.get_context("spawn")
     outbox: Outbox = context.Queue()
     start = context.Event()
@@ -119,6 +135,13 @@ def run_sale(
         client.close()
 
 
+def _check_segments(settings: SaleSettings) -> None:
+    if settings.segments > settings.stock:
+        raise UsageError(
+            f"--segments {settings.segments} is more than the {settings.stock} items on sale"
+        )
+
+
 def _plan(url: str, run_id: str, index: int, settings: SaleSettings) -> BuyerPlan:
     return BuyerPlan(
         url=url,
@@ -129,6 +152,7 @@ def _plan(url: str, run_id: str, index: int, settings: SaleSettings) -> BuyerPla
         hold=settings.hold_ms / 1000,
         seconds=settings.seconds,
         start_timeout=START_TIMEOUT,
+        segments=settings.segments,
     )
 
 
@@ -188,12 +212,17 @@ def _result(
     if failures:
         raise DemoFailed("the sale did not finish: " + "; ".join(failures))
     sold = shop.orders()
+    segment_stock = split_stock(settings.stock, settings.segments)
+    segment_sold = shop.sold_by_segment()
+    oversold = sum(
+        max(done - size, 0) for done, size in zip(segment_sold, segment_stock, strict=True)
+    )
     finished = max((report.finished_at for report in reports), default=time.monotonic())
     seconds = max(finished - started, 1e-9)
     return SaleResult(
         stock=settings.stock,
         sold=sold,
-        oversold=max(sold - settings.stock, 0),
+        oversold=max(oversold, sold - settings.stock, 0),
         workers=settings.workers,
         seconds=round(seconds, 4),
         locked=settings.locked,
@@ -202,6 +231,9 @@ def _result(
         attempts=sum(report.attempts for report in reports),
         fenced_off=sum(report.fenced_off for report in reports),
         out_of_time=any(report.out_of_time for report in reports),
+        segments=settings.segments,
+        segment_stock=segment_stock,
+        segment_sold=segment_sold,
     )
 
 
@@ -228,6 +260,14 @@ def _configure(parser: argparse.ArgumentParser) -> None:
         type=positive_int,
         metavar="K",
         help="purchase attempts per buyer process (default: stock + 1)",
+    )
+    parser.add_argument(
+        "--segments",
+        type=_segment_count,
+        default=defaults.segments,
+        metavar="N",
+        help="split the stock into N segments, each under its own lock "
+        "flash-sale:stock:i (default: %(default)s, one lock for the whole stock)",
     )
     parser.add_argument(
         "--no-lock",
@@ -264,6 +304,13 @@ def _worker_count(text: str) -> int:
     return count
 
 
+def _segment_count(text: str) -> int:
+    count = positive_int(text)
+    if count > MAX_SEGMENTS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_SEGMENTS} segments, got {count}")
+    return count
+
+
 def _run(args: argparse.Namespace) -> int:
     settings = SaleSettings(
         stock=args.stock,
@@ -272,7 +319,9 @@ def _run(args: argparse.Namespace) -> int:
         locked=args.locked,
         hold_ms=args.hold_ms,
         seconds=args.seconds,
+        segments=args.segments,
     )
+    _check_segments(settings)
     with (
         reachable_server(args.url) as url,
         display.progress("sold", settings.stock, enabled=not args.json) as update,
@@ -299,14 +348,26 @@ def _show(result: SaleResult) -> None:
         ("sold", str(result.sold)),
         ("oversold", str(result.oversold)),
         ("stock left", str(result.stock_left)),
+        ("segments", str(result.segments)),
         ("workers", str(result.workers)),
         ("attempts", str(result.attempts)),
         ("fenced off", str(result.fenced_off)),
         ("seconds", f"{result.seconds:.3f}"),
         ("throughput", f"{result.buys_per_s:,.0f} buys/s"),
     ]
+    if result.segments > 1:
+        rows.insert(6, ("sold per segment", _per_segment(result)))
     display.summary_table("flash sale", rows)
     print(_verdict(result))
+
+
+def _per_segment(result: SaleResult) -> str:
+    """``25/25 25/25 ...``: orders over stock per segment, cut short for many segments."""
+    pairs = [
+        f"{done}/{size}"
+        for done, size in zip(result.segment_sold, result.segment_stock, strict=True)
+    ]
+    return " ".join(pairs) if len(pairs) <= 8 else " ".join(pairs[:8]) + " ..."
 
 
 def _verdict(result: SaleResult) -> str:
@@ -319,6 +380,11 @@ def _verdict(result: SaleResult) -> str:
         return (
             f"Stopped early: {result.sold} of {result.stock} items sold (attempts or time ran out)."
         )
+    if result.segments > 1:
+        return (
+            f"Sold exactly {result.stock} of {result.stock}: each of the {result.segments} "
+            "segment locks serialized the purchases of its segment."
+        )
     return f"Sold exactly {result.stock} of {result.stock}: the lock serialized every purchase."
 
 
@@ -330,7 +396,9 @@ DEMO = Demo(
         "works for --hold-ms, then writes stock - 1 and records the order. Without the\n"
         "lock the purchases interleave and the shop sells more than it has; with\n"
         'locks.lock("flash-sale:stock") around each purchase it sells exactly M, and the\n'
-        "stock write is checked against the lease's fencing token."
+        "stock write is checked against the lease's fencing token. --segments N splits the\n"
+        "stock into N segments, each under its own lock flash-sale:stock:i: purchases from\n"
+        "different segments run in parallel, so throughput grows with N."
     ),
     configure=_configure,
     run=_run,

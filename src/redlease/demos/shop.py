@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import redis
@@ -21,7 +22,7 @@ from redlease.core.lease import Lease
 from redlease.errors import FenceRejected
 from redlease.fencing import RedisGuard
 
-__all__ = ["LOCK_NAME", "Outcome", "Shop", "ShopKeys"]
+__all__ = ["LOCK_NAME", "Outcome", "Shop", "ShopKeys", "split_stock"]
 
 LOCK_NAME = "flash-sale:stock"
 
@@ -40,9 +41,14 @@ class ShopKeys:
 
     The shop's keys share one hash tag, so the fenced write stays a single-slot script on a
     Redis Cluster too; the lock's keys live under ``lock_prefix`` and are tagged by redlease.
+
+    With ``segments`` > 1 the stock is split: segment ``i`` has its own stock key
+    ``stock:i``, sold counter ``sold:i`` and lock ``flash-sale:stock:i``, so purchases from
+    different segments never wait for each other. One segment keeps the unsplit names.
     """
 
     run_id: str
+    segments: int = 1
 
     @property
     def base(self) -> str:
@@ -65,6 +71,19 @@ class ShopKeys:
         """Where :class:`~redlease.RedisGuard` records the newest fence it accepted."""
         return f"{self.stock}:fence"
 
+    def segment_stock(self, segment: int) -> str:
+        return self.stock if self.segments == 1 else f"{self.stock}:{segment}"
+
+    def segment_sold(self, segment: int) -> str:
+        return self.sold if self.segments == 1 else f"{self.sold}:{segment}"
+
+    def segment_fence(self, segment: int) -> str:
+        return f"{self.segment_stock(segment)}:fence"
+
+    def lock_name(self, segment: int) -> str:
+        """The lock of one segment: ``flash-sale:stock``, or ``flash-sale:stock:i`` if split."""
+        return LOCK_NAME if self.segments == 1 else f"{LOCK_NAME}:{segment}"
+
     @property
     def lock_prefix(self) -> str:
         return f"redlease-demo:flash-sale:{self.run_id}"
@@ -85,37 +104,42 @@ class Shop:
         self._guard = RedisGuard(client)
 
     def open(self, stock: int) -> None:
-        """Put ``stock`` items on sale, with no orders and no fence seen yet."""
+        """Put ``stock`` items on sale (split over the segments), no orders, no fence seen."""
         with self.client.pipeline() as pipe:
-            pipe.delete(self.keys.sold, self.keys.orders, self.keys.fence)
-            pipe.set(self.keys.stock, stock)
+            pipe.delete(self.keys.sold, self.keys.orders)
+            for segment, size in enumerate(split_stock(stock, self.keys.segments)):
+                pipe.delete(self.keys.segment_sold(segment), self.keys.segment_fence(segment))
+                pipe.set(self.keys.segment_stock(segment), size)
             pipe.execute()
 
-    def buy(self, order_id: str, lease: Lease | None = None) -> Outcome:
+    def buy(self, order_id: str, lease: Lease | None = None, segment: int = 0) -> Outcome:
         """Read, check, work, write: atomic only if the caller holds the lock around it.
 
         Under a lease the shop first records the lease's fence (``claim``), so a holder
         whose lease ended cannot slip a stale write in between this read and this write.
         """
+        stock_key = self.keys.segment_stock(segment)
         if lease is not None:
             try:
-                self._guard.claim(lease, self.keys.stock)
+                self._guard.claim(lease, stock_key)
             except FenceRejected:
                 return Outcome.FENCED_OFF
-        stock = int(self.client.get(self.keys.stock) or 0)
+        stock = int(self.client.get(stock_key) or 0)
         if stock <= 0:
             return Outcome.SOLD_OUT
         if self.hold > 0:
             time.sleep(self.hold)
         if lease is None:
-            self.client.set(self.keys.stock, stock - 1)
+            self.client.set(stock_key, stock - 1)
         else:
             try:
-                self._guard.set(lease, self.keys.stock, stock - 1)
+                self._guard.set(lease, stock_key, stock - 1)
             except FenceRejected:
                 return Outcome.FENCED_OFF
         with self.client.pipeline(transaction=False) as pipe:
             pipe.incr(self.keys.sold)
+            if self.keys.segments > 1:
+                pipe.incr(self.keys.segment_sold(segment))
             pipe.rpush(self.keys.orders, order_id)
             pipe.execute()
         return Outcome.SOLD
@@ -124,7 +148,17 @@ class Shop:
         return int(self.client.get(self.keys.sold) or 0)
 
     def stock_left(self) -> int:
-        return int(self.client.get(self.keys.stock) or 0)
+        return sum(self.stock_left_by_segment())
+
+    def stock_left_by_segment(self) -> list[int]:
+        return self._counts(self.keys.segment_stock)
+
+    def sold_by_segment(self) -> list[int]:
+        return self._counts(self.keys.segment_sold)
+
+    def _counts(self, key_of: Callable[[int], str]) -> list[int]:
+        keys = [key_of(segment) for segment in range(self.keys.segments)]
+        return [int(value or 0) for value in self.client.mget(keys)]
 
     def orders(self) -> int:
         return int(self.client.llen(self.keys.orders))
@@ -139,3 +173,9 @@ class Shop:
                 batch.clear()
         if batch:
             self.client.unlink(*batch)
+
+
+def split_stock(stock: int, segments: int) -> list[int]:
+    """``stock`` items over ``segments`` segments, as even as it goes (the first get more)."""
+    share, extra = divmod(stock, segments)
+    return [share + (segment < extra) for segment in range(segments)]
