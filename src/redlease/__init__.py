@@ -25,6 +25,7 @@ from redlease.core.base import DEFAULT_TTL
 from redlease.core.family import MultiLease
 from redlease.core.lease import Lease, ReleaseOutcome
 from redlease.errors import (
+    AuthenticationFailed,
     FenceExhausted,
     FenceRejected,
     InvalidArgument,
@@ -36,6 +37,7 @@ from redlease.errors import (
     NotReplicated,
     RowNotFound,
     ServerNotFound,
+    ServerRefused,
     ServerUnavailable,
     WrongKeyType,
 )
@@ -67,6 +69,7 @@ __all__ = [
     "AsyncRedlockLock",
     "AsyncSemaphore",
     "AsyncWriteLock",
+    "AuthenticationFailed",
     "CountDownLatch",
     "FairLock",
     "FenceExhausted",
@@ -92,6 +95,7 @@ __all__ = [
     "RowNotFound",
     "Semaphore",
     "ServerNotFound",
+    "ServerRefused",
     "ServerUnavailable",
     "SqlGuard",
     "WriteLock",

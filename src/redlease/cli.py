@@ -18,7 +18,7 @@ from typing import NoReturn
 import redis
 
 from redlease import __version__
-from redlease.commands import ls, release, run, server
+from redlease.commands import chaos, ls, release, run, server
 from redlease.commands.common import ExitCode, UsageError
 from redlease.demos import DEMOS
 from redlease.demos.base import DemoFailed
@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--url",
         help="Redis/Valkey URL (default: $REDIS_URL, else a private server for this run)",
     )
-    for command in (run, ls, release, server):
+    for command in (run, ls, release, server, chaos):
         command.register(commands)
     _add_demo(commands, connection)
     return parser

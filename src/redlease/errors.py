@@ -116,6 +116,15 @@ class FenceExhausted(LockError):
     """The fencing counter of a lock can no longer grow; no new grant can be fenced."""
 
 
+class AuthenticationFailed(LockError, PermissionError):
+    """The server refused our credentials (NOAUTH, WRONGPASS): not retried."""
+
+
+class ServerRefused(LockError):
+    """The server answered with an error: no permission (ACL), read-only replica, out of
+    memory, a command it does not know. Nothing was granted."""
+
+
 class ServerUnavailable(LockError, ConnectionError):
     """The Redis/Valkey server could not be reached or did not answer in time."""
 

@@ -13,12 +13,20 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
+from redis.exceptions import AuthenticationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from redlease.core.claims import Claim
 from redlease.core.ops import Operation, RunScript, Subscribe, Wait
-from redlease.errors import FenceExhausted, ServerUnavailable, WrongKeyType
+from redlease.errors import (
+    AuthenticationFailed,
+    FenceExhausted,
+    LockError,
+    ServerRefused,
+    ServerUnavailable,
+    WrongKeyType,
+)
 from redlease.keys import LockKeys
 from redlease.scripts import ScriptName
 
@@ -90,8 +98,19 @@ class Grant:
     """Monotonic time the granting request left: the lease ends no earlier than this + TTL."""
 
 
-def unavailable(keys: LockKeys, action: str, exc: BaseException) -> ServerUnavailable:
+def unavailable(keys: LockKeys, action: str, exc: BaseException) -> LockError:
+    """The error for a failed round trip: unreachable, or (a redis-py ConnectionError too)
+    our credentials refused."""
+    if isinstance(exc, AuthenticationError):
+        return AuthenticationFailed(
+            f"could not {action} lock {keys.name!r}: the server refused our credentials ({exc})"
+        )
     return ServerUnavailable(f"could not {action} lock {keys.name!r}: server unreachable ({exc})")
+
+
+def refused(operation: RunScript, exc: BaseException) -> ServerRefused:
+    where = operation.keys[0] if operation.keys else operation.script.value
+    return ServerRefused(f"the server refused a lock command on {where!r}: {exc}")
 
 
 def acquire_flow(request: AcquireRequest, clock: Clock) -> Flow:
@@ -142,7 +161,7 @@ def acquire_flow(request: AcquireRequest, clock: Clock) -> Flow:
             return Grant(claim, handoff.fence, anchor.grant_time(handoff))
 
 
-def release_flow(claim: Claim, *, withdraw: bool = False) -> Flow:
+def release_flow(claim: Claim, *, withdraw: bool = False, attempts: int = RELEASE_ATTEMPTS) -> Flow:
     """Release (handing on to the first live waiter), retrying only a lost reply.
 
     With ``withdraw`` the caller is a waiter giving up: it leaves the queue first, and
@@ -150,11 +169,11 @@ def release_flow(claim: Claim, *, withdraw: bool = False) -> Flow:
     :data:`RELEASED`, :data:`HANDED_OVER`, :data:`EXPIRED` or :data:`TAKEN_OVER`.
     """
     operation = claim.release_op(withdraw)
-    for attempt in range(1, RELEASE_ATTEMPTS + 1):
+    for attempt in range(1, attempts + 1):
         try:
             reply = yield operation
         except NETWORK_ERRORS as exc:
-            if attempt == RELEASE_ATTEMPTS:
+            if attempt == attempts:
                 raise unavailable(claim.keys, "release", exc) from exc
             continue
         return int(reply)

@@ -46,9 +46,12 @@ if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   end
   return {1, fence}
 end
-if ARGV[6] == '2' and redis.pcall('get', KEYS[1]) == ARGV[1] then
-  -- handed to us while we waited, and the message was lost (a reconnect): it is ours
-  redis.call('lrem', KEYS[3], 1, member)
+if redis.pcall('get', KEYS[1]) == ARGV[1] then
+  -- already ours: the token is new per acquisition, so this is a lost reply being retried
+  -- or a hand-off whose message was lost (a reconnect)
+  if ARGV[6] ~= '0' then
+    redis.call('lrem', KEYS[3], 1, member)
+  end
   return {1, tonumber(redis.call('get', KEYS[2]))}
 end
 local pttl = redis.call('pttl', KEYS[1])

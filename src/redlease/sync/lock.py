@@ -33,6 +33,7 @@ from redlease.core.protocol import (
     Grant,
     acquire_flow,
     extend_flow,
+    refused,
     release_flow,
     unavailable,
 )
@@ -40,7 +41,7 @@ from redlease.core.renewal import renewal_answers, renewal_calls
 from redlease.core.replication import ReplicaAcks, ReplicaShortfall
 from redlease.core.subscriptions import PubSubCommands
 from redlease.core.templates import KeyTemplate
-from redlease.errors import LeaseLost, LockTimeout, NotReplicated
+from redlease.errors import LeaseLost, LockTimeout, NotReplicated, ServerUnavailable
 from redlease.keys import DEFAULT_PREFIX, LockKeys, ttl_to_ms
 from redlease.sync._flavor import (
     INTERRUPTIONS,
@@ -216,9 +217,9 @@ class Locks(LocksBase):
     def commands(self) -> PubSubCommands:
         """Which pub/sub commands this server has; asked once per client."""
         if not self._watching:
-            self._watching = True
             self.notifier.watch_master()
             self._warn_if_evicting()
+            self._watching = True
         if self.pubsub_commands is None:
             try:
                 self.client.spublish(f"{self.prefix}:{{probe}}:wake", "")
@@ -233,7 +234,7 @@ class Locks(LocksBase):
         simply gone, and another client takes it."""
         try:
             config = self.client.config_get("maxmemory*")
-        except Exception:
+        except ResponseError:  # CONFIG is often forbidden (ACL, managed services)
             return
         policy = str(config.get("maxmemory-policy", "noeviction"))
         if str(config.get("maxmemory", "0")) != "0" and policy != "noeviction":
@@ -266,7 +267,7 @@ class Locks(LocksBase):
     def _obtain(self, request: AcquireRequest) -> Grant | None:
         try:
             grant: Grant | None = self.drive(acquire_flow(request, self.clock))
-        except INTERRUPTIONS:
+        except (*INTERRUPTIONS, ServerUnavailable):
             self._abandon(request.claim)
             raise
         except ReplicaShortfall as short:
@@ -291,7 +292,8 @@ class Locks(LocksBase):
     def _abandon(self, claim: Claim) -> None:
         """An interrupted acquire may have been granted or queued: undo both, best effort."""
         try:
-            shielded(self.drive(release_flow(claim.without_acks(), withdraw=True)))
+            flow = release_flow(claim.without_acks(), withdraw=True, attempts=1)
+            shielded(self.drive(flow))
         except (Exception, ReplicaShortfall):
             logger.debug("could not give back an interrupted grant of %r", claim.keys.name)
 
@@ -318,6 +320,10 @@ class Locks(LocksBase):
                         reply = waiter.wait(operation.seconds)
                 except NETWORK_ERRORS as exc:
                     error = exc
+                except ResponseError as exc:
+                    if isinstance(operation, RunScript):
+                        raise refused(operation, exc) from exc
+                    raise
         finally:
             flow.close()
             if waiter is not None:

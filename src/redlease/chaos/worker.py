@@ -1,0 +1,158 @@
+"""One chaos worker process: lock, slow read-modify-write of two counters, log, repeat.
+
+Run as ``python -m redlease.chaos.worker``; the harness starts several and injects faults
+into them (SIGSTOP, SIGKILL) or into the servers. Every critical section writes two
+counters on the *data* server: a plain ``GET``/``SET`` one (unfenced) and one written
+through :class:`~redlease.RedisGuard` (``claim`` before the read, ``set`` after). Events
+go to a JSON-lines log, one line each, flushed at once, so a killed worker leaves
+everything it did up to the kill. Times come from ``time.monotonic()``, which on Linux is
+one clock for every process of the host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import IO, Any
+
+import redis
+
+from redlease.errors import FenceRejected, LockError
+from redlease.fencing import RedisGuard
+from redlease.sync.lock import Locks
+
+RETRY_PAUSE = 0.005
+ERROR_PAUSE = 0.01
+MAX_SECTIONS = 100_000
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="redlease.chaos.worker")
+    parser.add_argument("--lock-url", required=True)
+    parser.add_argument("--data-url", required=True)
+    parser.add_argument("--prefix", required=True)
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--worker", required=True)
+    parser.add_argument("--ttl", type=float, required=True)
+    parser.add_argument("--hold", type=float, required=True)
+    parser.add_argument("--deadline", type=float, required=True, help="monotonic time to stop")
+    parser.add_argument("--stop-file", required=True)
+    parser.add_argument("--log", required=True)
+    return parser.parse_args(argv)
+
+
+class _Log:
+    def __init__(self, stream: IO[str], worker: str) -> None:
+        self.stream = stream
+        self.worker = worker
+
+    def event(self, kind: str, seq: int, **fields: Any) -> None:
+        record = {"ev": kind, "w": self.worker, "seq": seq, "t": time.monotonic(), **fields}
+        self.stream.write(json.dumps(record) + "\n")
+        self.stream.flush()
+
+
+def _client(url: str) -> redis.Redis:
+    # Long enough to outlast a server stall (DEBUG SLEEP) without an ambiguous timeout.
+    return redis.Redis.from_url(url, socket_timeout=10.0, socket_connect_timeout=2.0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _args(argv)
+    parent = os.getppid()
+    stop_file = Path(args.stop_file)
+    counter_key = f"{args.prefix}:counter"
+    fenced_key = f"{args.prefix}:fenced"
+    data = _client(args.data_url)
+    guard = RedisGuard(data)
+    with (
+        Path(args.log).open("a", encoding="utf-8") as stream,
+        Locks(_client(args.lock_url), prefix=args.prefix) as locks,
+    ):
+        log = _Log(stream, args.worker)
+        log.event("start", 0, pid=os.getpid())
+        lock = locks.lock(args.name, ttl=args.ttl, renew=False)
+        for seq in range(1, MAX_SECTIONS + 1):
+            if time.monotonic() > args.deadline or stop_file.exists() or os.getppid() != parent:
+                break
+            try:
+                lease = lock.try_acquire()
+            except (LockError, redis.RedisError) as error:
+                log.event("error", seq, where="acquire", error=str(error)[:200])
+                time.sleep(ERROR_PAUSE)
+                continue
+            if lease is None:
+                time.sleep(RETRY_PAUSE)
+                continue
+            log.event("acq", seq, fence=lease.fence, pid=os.getpid())
+            _section(
+                args,
+                log,
+                seq,
+                data=data,
+                guard=guard,
+                lease=lease,
+                counter_key=counter_key,
+                fenced_key=fenced_key,
+            )
+            try:
+                outcome = lock.release()
+                log.event("rel", seq, outcome=outcome.value)
+            except (LockError, redis.RedisError) as error:
+                log.event("rel", seq, outcome="error", error=str(error)[:200])
+        log.event("stop", 0)
+    data.close()
+    return 0
+
+
+def _section(
+    args: argparse.Namespace,
+    log: _Log,
+    seq: int,
+    *,
+    data: redis.Redis,
+    guard: RedisGuard,
+    lease: Any,
+    counter_key: str,
+    fenced_key: str,
+) -> None:
+    """Read both counters, sleep ``hold``, write both back plus one; log each step."""
+    fenced_ok = True
+    try:
+        guard.claim(lease, fenced_key)
+    except FenceRejected:
+        fenced_ok = False
+        log.event("fenced", seq, result="rejected", at="claim")
+    except (LockError, redis.RedisError) as error:
+        fenced_ok = False
+        log.event("fenced", seq, result="error", at="claim", error=str(error)[:200])
+    try:
+        plain = int(data.get(counter_key) or 0)
+        fenced = int(data.get(fenced_key) or 0)
+    except redis.RedisError as error:
+        log.event("exit", seq, read_error=str(error)[:200])
+        return
+    log.event("enter", seq)
+    time.sleep(args.hold)
+    try:
+        data.set(counter_key, plain + 1)
+        log.event("plain", seq, result="wrote")
+    except redis.RedisError as error:
+        log.event("plain", seq, result="error", error=str(error)[:200])
+    if fenced_ok:
+        try:
+            guard.set(lease, fenced_key, fenced + 1)
+            log.event("fenced", seq, result="accepted")
+        except FenceRejected:
+            log.event("fenced", seq, result="rejected", at="set")
+        except (LockError, redis.RedisError) as error:
+            log.event("fenced", seq, result="error", at="set", error=str(error)[:200])
+    log.event("exit", seq)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""``redlease chaos [SCENARIO ...] [--quick] [--json] [--url URL]``: faults vs. the lock.
+
+Runs the scenarios of :mod:`redlease.chaos` and prints one table row per scenario, or
+with ``--json`` one JSON object on the last line of stdout. Without ``--url`` the harness
+starts two private servers (the lock's and the data's); with ``--url`` it uses that
+server for both, under a unique key prefix that it deletes afterwards, and runs only the
+scenarios that need no control over the server. Exit status: 0 when every fenced counter
+is exact and fences never went back, 70 when not, 64 for a usage mistake.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from redlease.chaos import FAULTS, ChaosError, Settings, run_scenarios
+from redlease.commands.common import SHARED_HINT, ExitCode, UsageError, reachable_server
+
+__all__ = ["register"]
+
+COLUMNS = ("SCENARIO", "SECTIONS", "OVERLAPS", "LOST", "FENCED LOST", "REJECTED", "RECOVER MS")
+CAPTION = (
+    "OVERLAPS: accepted/all sections; LOST: plain counter; FENCED LOST must be 0; "
+    "* = unfenced violations expected"
+)
+
+
+def register(commands: Any) -> None:
+    chaos = commands.add_parser(
+        "chaos",
+        help="inject faults (kill, SIGSTOP, expiry, stall, restart) and check the lock",
+        description="Worker processes take one lock around a slow read-modify-write of a "
+        "plain counter and a fenced one while faults hit the holder or the server; then "
+        "check for overlapping critical sections, lost updates and fence order. "
+        "Scenarios: " + "; ".join(f"{name}: {fault.summary}" for name, fault in FAULTS.items()),
+        epilog="exit status: 0 when the fenced counter is exact in every scenario, 70 when "
+        "not (or a scenario could not run), 64 usage, 69 server unreachable",
+    )
+    chaos.add_argument(
+        "scenarios",
+        nargs="*",
+        metavar="SCENARIO",
+        help=f"any of {', '.join(FAULTS)} (default: all that the server allows)",
+    )
+    chaos.add_argument("--quick", action="store_true", help="short TTL, 2 injections each")
+    chaos.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    chaos.add_argument(
+        "--url",
+        help="run against this server (only scenarios that need no server control; "
+        "default: two private servers)",
+    )
+    chaos.add_argument("--logs", type=Path, metavar="DIR", help="keep the workers' logs here")
+    chaos.set_defaults(handler=run_chaos)
+
+
+def _choose(requested: list[str], shared: bool) -> list[str]:
+    unknown = [name for name in requested if name not in FAULTS]
+    if unknown:
+        raise UsageError(f"unknown scenario {unknown[0]!r}; choose from {', '.join(FAULTS)}")
+    if not shared:
+        return list(dict.fromkeys(requested)) or list(FAULTS)
+    needs = [name for name in requested if FAULTS[name].needs_server]
+    if needs:
+        raise UsageError(
+            f"scenario {needs[0]!r} stops or stalls the server, so it runs only on private "
+            "servers: drop --url"
+        )
+    return list(dict.fromkeys(requested)) or [
+        name for name, fault in FAULTS.items() if not fault.needs_server
+    ]
+
+
+def run_chaos(args: argparse.Namespace) -> int:
+    names = _choose(list(args.scenarios), args.url is not None)
+    settings = Settings.quick() if args.quick else Settings()
+    try:
+        if args.url is None:
+            report = run_scenarios(names, settings, logs=args.logs)
+        else:
+            with reachable_server(args.url, hint=SHARED_HINT) as url:
+                report = run_scenarios(names, settings, url=url, logs=args.logs)
+    except ChaosError as error:
+        print(f"redlease: {error}", file=sys.stderr)
+        return ExitCode.SOFTWARE
+    if args.json:
+        print(json.dumps(report))
+    else:
+        _table(report)
+    if not report["ok"]:
+        print("redlease: the fenced counter lost updates or a fence went back", file=sys.stderr)
+        return ExitCode.SOFTWARE
+    return ExitCode.OK
+
+
+def _rows(report: dict[str, Any]) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = []
+    for name, result in report["scenarios"].items():
+        recover = result["recover_ms"]
+        rows.append(
+            (
+                f"{name}*" if result["expect_unfenced_violations"] else name,
+                str(result["sections"]),
+                f"{result['overlaps']}/{result['overlaps_all']}",
+                str(result["lost_updates"]),
+                str(result["fenced_lost_updates"]),
+                str(result["rejected"]),
+                "-" if recover is None else f"{recover:g}",
+            )
+        )
+    return rows
+
+
+def _table(report: dict[str, Any]) -> None:
+    rows = _rows(report)
+    settings = report["settings"]
+    title = (
+        f"redlease chaos: {settings['workers']} workers, TTL {settings['ttl']:g} s, "
+        f"hold {settings['hold']:g} s, {settings['injections']} injections per scenario"
+    )
+    try:
+        from rich.console import Console  # noqa: PLC0415 - rich is an optional extra
+        from rich.table import Table  # noqa: PLC0415
+    except ImportError:
+        print(title)
+        widths = [max(len(row[i]) for row in [COLUMNS, *rows]) for i in range(len(COLUMNS))]
+        for row in [COLUMNS, *rows]:
+            print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+        print(CAPTION)
+        return
+    table = Table(title=title, caption=CAPTION)
+    for column in COLUMNS:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*row)
+    Console().print(table)

@@ -1,0 +1,600 @@
+"""Hostile servers and hostile surroundings: every one surfaces as a clear, typed error.
+
+A lock user who gets an auth, permission, read-only, out-of-memory, TLS or network
+failure must learn what is wrong (never "busy", never a false "acquired"), promptly, and
+find nothing half-written on the server. Cancellation and ``fork()`` must not leave a
+lease held by nobody, nor let a child process touch its parent's lease.
+
+Names, TTLs, foreign values at the key, a maxed fence counter and a closed port are in
+``test_lock.py``; a cancelled *waiter* is in ``test_waiting.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import select
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+import redis
+import redis.asyncio
+from redis.backoff import NoBackoff
+
+import redlease
+from conftest import SyncLocksAdapter
+from redlease.server import EmbeddedServer, free_port
+
+TESTS = Path(__file__).resolve().parent
+FORK_HOLDER = TESTS / "proc_bad_fork.py"
+PASSWORD = "s3cret-pass"
+DEBIAN_REDIS = "/usr/bin/redis-server"
+
+
+def no_retry(flavor: str) -> Any:
+    """redis-py's own retries off, so the timings measured are the library's."""
+    if flavor == "async":
+        from redis.asyncio.retry import Retry as AsyncRetry  # noqa: PLC0415
+
+        return AsyncRetry(NoBackoff(), 0)
+    from redis.retry import Retry  # noqa: PLC0415
+
+    return Retry(NoBackoff(), 0)
+
+
+@pytest_asyncio.fixture
+async def make_client_locks(flavor: str, prefix: str) -> AsyncIterator[Callable[..., Any]]:
+    """``await make_client_locks(port, **redis_options)``: a client of the test's flavour
+    over a ``redis.Redis`` built here (so socket and retry options can be set)."""
+    made: list[tuple[Any, Any]] = []
+
+    async def make(port: int, **options: Any) -> Any:
+        options.setdefault("retry", no_retry(flavor))
+        if flavor == "async":
+            client: Any = redis.asyncio.Redis(host="127.0.0.1", port=port, **options)
+            locks: Any = redlease.AsyncLocks(client, prefix=prefix)
+        else:
+            client = redis.Redis(host="127.0.0.1", port=port, **options)
+            locks = SyncLocksAdapter(redlease.Locks(client, prefix=prefix))
+        made.append((locks, client))
+        return locks
+
+    yield make
+    for locks, client in made:
+        await locks.aclose()
+        if flavor == "async":
+            await client.aclose()
+        else:
+            client.close()
+
+
+async def eventually(condition: Callable[[], object], within: float, every: float = 0.02) -> bool:
+    deadline = time.monotonic() + within
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(every)
+    return True
+
+
+def warm_up_scripts(url: str) -> None:
+    """Load the scripts on the server, so the next EVALSHA is the real lock call."""
+    with redlease.Locks(url, prefix="warmup") as locks, locks.lock("warmup"):
+        pass
+    with redis.Redis.from_url(url) as admin:
+        for key in admin.scan_iter("warmup*"):
+            admin.delete(key)
+
+
+# --- authentication and permissions --------------------------------------------------
+
+
+@pytest.mark.parametrize("password", [None, "wrong-pass"], ids=["noauth", "wrongpass"])
+async def test_a_missing_or_wrong_password_is_named_and_writes_nothing(
+    make_locks, redlease_servers_factory, password
+):
+    (secured,) = redlease_servers_factory(1, "--requirepass", PASSWORD)
+    auth = f":{password}@" if password else ""
+    locks = await make_locks(f"redis://{auth}127.0.0.1:{secured.port}/0")
+    lock = locks.lock("payroll")
+
+    started = time.monotonic()
+    with pytest.raises(redlease.LockError) as raised:
+        await lock.acquire(timeout=2)
+    message = str(raised.value)
+
+    assert time.monotonic() - started < 1.5, "an auth failure is final: no waiting or retrying"
+    assert not isinstance(raised.value, redlease.LockTimeout), "reported as busy"
+    assert "payroll" in message
+    assert "auth" in message.lower() or "password" in message.lower(), message
+    assert "unreachable" not in message, f"the server was reached and refused us: {message}"
+    with redis.Redis(port=secured.port, password=PASSWORD) as admin:
+        assert admin.dbsize() == 0
+
+
+@pytest.mark.parametrize(
+    ("rules", "named"),
+    [
+        (["~*", "&*", "+@all", "-eval", "-evalsha"], "evalsha"),
+        (["~elsewhere:*", "&*", "+@all"], "key"),
+    ],
+    ids=["no-eval", "no-key-access"],
+)
+async def test_a_user_without_permission_gets_a_permission_error(
+    make_locks, redlease_servers_factory, rules, named
+):
+    (server,) = redlease_servers_factory(1)
+    with redis.Redis(port=server.port) as admin:
+        admin.execute_command("ACL", "SETUSER", "locker", "on", ">pw", *rules)
+    locks = await make_locks(f"redis://locker:pw@127.0.0.1:{server.port}/0")
+    lock = locks.lock("payroll")
+
+    with pytest.raises(redlease.LockError) as raised:
+        await lock.acquire(timeout=2)
+    message = str(raised.value)
+
+    assert not isinstance(raised.value, redlease.LockTimeout), "reported as busy"
+    assert "payroll" in message
+    assert "permission" in message.lower(), message
+    assert named in message.lower(), message
+    with redis.Redis(port=server.port) as admin:
+        assert admin.dbsize() == 0
+
+
+# --- TLS (needs Debian's redis-server, built with TLS) -------------------------------
+
+
+def make_certificates(directory: Path) -> None:
+    """A CA, another CA, a server cert for 127.0.0.1, one for another host, a client cert."""
+
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
+
+    for ca in ("ca", "other-ca"):
+        run("req", "-x509", "-new", "-nodes", "-newkey", "rsa:2048", "-days", "2",
+            "-keyout", f"{ca}.key", "-out", f"{ca}.crt", "-subj", f"/CN={ca}")  # fmt: skip
+    for name, alt in (
+        ("server", "IP:127.0.0.1,DNS:localhost"),
+        ("elsewhere", "DNS:elsewhere.example"),
+        ("client", "DNS:client"),
+    ):
+        (directory / f"{name}.ext").write_text(f"subjectAltName={alt}\n")
+        run("req", "-new", "-nodes", "-newkey", "rsa:2048", "-keyout", f"{name}.key",
+            "-out", f"{name}.csr", "-subj", f"/CN={name}")  # fmt: skip
+        run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+            "-CAcreateserial", "-days", "2", "-out", f"{name}.crt",
+            "-extfile", f"{name}.ext")  # fmt: skip
+
+
+class TlsServers:
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.servers: dict[str, tuple[EmbeddedServer, int]] = {}
+
+    def start(self, label: str, cert: str, auth_clients: str) -> None:
+        tls_port = free_port()
+        server = EmbeddedServer(
+            binary=DEBIAN_REDIS,
+            args=[
+                "--tls-port", str(tls_port),
+                "--tls-cert-file", str(self.dir / f"{cert}.crt"),
+                "--tls-key-file", str(self.dir / f"{cert}.key"),
+                "--tls-ca-cert-file", str(self.dir / "ca.crt"),
+                "--tls-auth-clients", auth_clients,
+            ],
+        )  # fmt: skip
+        server.start()
+        self.servers[label] = (server, tls_port)
+
+    def url(self, label: str, ca: str = "ca", client_cert: bool = True) -> str:
+        _, tls_port = self.servers[label]
+        query = f"socket_timeout=2&socket_connect_timeout=2&ssl_ca_certs={self.dir / ca}.crt"
+        if client_cert:
+            query += f"&ssl_certfile={self.dir}/client.crt&ssl_keyfile={self.dir}/client.key"
+        return f"rediss://127.0.0.1:{tls_port}/0?{query}"
+
+    def plain(self, label: str) -> redis.Redis:
+        server, _ = self.servers[label]
+        return redis.Redis(port=server.port, decode_responses=True)
+
+    def stop(self) -> None:
+        for server, _ in self.servers.values():
+            server.stop()
+
+
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    if not os.access(DEBIAN_REDIS, os.X_OK):
+        pytest.skip(f"{DEBIAN_REDIS} (built with TLS) is not installed")
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    directory = tmp_path_factory.mktemp("tls")
+    make_certificates(directory)
+    servers = TlsServers(directory)
+    try:
+        servers.start("strict", "server", "yes")
+        servers.start("optional", "server", "optional")
+        servers.start("misnamed", "elsewhere", "optional")
+        yield servers
+    finally:
+        servers.stop()
+
+
+@pytest.mark.parametrize(
+    ("label", "client_cert"), [("strict", True), ("optional", False)], ids=["mutual", "server"]
+)
+async def test_locks_work_over_tls_with_the_right_ca(make_locks, tls, prefix, label, client_cert):
+    locks = await make_locks(tls.url(label, client_cert=client_cert))
+    lock = locks.lock("over-tls")
+    async with lock as lease:
+        with tls.plain(label) as plain:
+            assert plain.get(lock.keys.lease) == lease.token
+    with tls.plain(label) as plain:
+        assert not plain.exists(lock.keys.lease)
+
+
+@pytest.mark.parametrize(
+    ("label", "ca", "client_cert", "named"),
+    [
+        ("strict", "other-ca", True, "certificate verify failed"),
+        ("strict", "ca", False, ""),
+        ("misnamed", "ca", True, "mismatch"),
+    ],
+    ids=["wrong-ca", "no-client-cert", "hostname-mismatch"],
+)
+async def test_a_tls_setup_that_does_not_verify_is_refused_promptly(
+    make_locks, tls, label, ca, client_cert, named
+):
+    locks = await make_locks(tls.url(label, ca=ca, client_cert=client_cert))
+    lock = locks.lock("over-tls")
+
+    started = time.monotonic()
+    with pytest.raises(redlease.ServerUnavailable) as raised:
+        await lock.acquire(timeout=2)
+
+    assert time.monotonic() - started < 2.5, "a TLS failure must not hang"
+    # The server's refusal of a missing client cert reaches a TLS 1.3 client only as a
+    # reset or an EOF, so only the two verification failures can be named for sure.
+    assert named in str(raised.value).lower(), raised.value
+    with tls.plain(label) as plain:
+        assert not plain.exists(lock.keys.lease)
+
+
+# --- server states: read-only replica, out of memory, eviction ------------------------
+
+
+async def test_a_read_only_replica_refuses_clearly_and_nothing_is_written(
+    make_locks, redlease_servers_factory
+):
+    (master,) = redlease_servers_factory(1)
+    (replica,) = redlease_servers_factory(1, "--replicaof", "127.0.0.1", str(master.port))
+    lock = (await make_locks(replica.url)).lock("payroll")
+
+    with pytest.raises(redlease.LockError) as raised:
+        await lock.acquire(timeout=2)
+    message = str(raised.value)
+
+    assert not isinstance(raised.value, redlease.LockTimeout), "reported as busy"
+    assert "payroll" in message
+    assert "read only" in message.lower() or "readonly" in message.lower(), message
+    for server in (master, replica):
+        with redis.Redis(port=server.port) as plain:
+            assert plain.dbsize() == 0
+
+
+async def test_out_of_memory_under_noeviction_is_an_error_with_no_partial_lock(
+    make_locks, redlease_servers_factory
+):
+    (full,) = redlease_servers_factory(1, "--maxmemory", "2mb", "--maxmemory-policy", "noeviction")
+    with redis.Redis(port=full.port) as plain:
+        with pytest.raises(redis.exceptions.OutOfMemoryError):
+            for index in range(2000):
+                plain.set(f"ballast:{index}", b"x" * 10_000)
+        lock = (await make_locks(full.url)).lock("payroll")
+
+        with pytest.raises(redlease.LockError) as raised:
+            await lock.acquire(timeout=2)
+        message = str(raised.value)
+
+        assert not isinstance(raised.value, redlease.LockTimeout), "reported as busy"
+        assert "payroll" in message
+        assert "memory" in message.lower(), message
+        assert not plain.exists(lock.keys.lease)
+        assert not plain.exists(lock.keys.fence)
+
+
+@pytest.mark.parametrize("policy", ["allkeys-lru", "volatile-lru"])
+async def test_an_evicting_server_is_warned_about(
+    make_locks, redlease_servers_factory, caplog, policy
+):
+    (server,) = redlease_servers_factory(1, "--maxmemory", "64mb", "--maxmemory-policy", policy)
+    caplog.set_level(logging.WARNING, logger="redlease")
+    async with (await make_locks(server.url)).lock("payroll"):
+        pass
+    warnings = [
+        record.getMessage()
+        for record in caplog.records
+        if record.name.startswith("redlease") and record.levelno == logging.WARNING
+    ]
+    assert any(policy in text and "evict" in text for text in warnings), warnings
+
+
+async def test_a_noeviction_server_gets_no_eviction_warning(make_locks, caplog):
+    caplog.set_level(logging.WARNING, logger="redlease")
+    async with (await make_locks()).lock("payroll"):
+        pass
+    assert not [r for r in caplog.records if "evict" in r.getMessage()]
+
+
+# --- the network: a black hole, a reply cut short ------------------------------------
+
+
+class BlackHole:
+    """A loopback TCP listener that accepts connections and never answers."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.accepted: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:
+                return
+            self.accepted.append(connection)
+
+    def close(self) -> None:
+        self.listener.close()
+        for connection in self.accepted:
+            connection.close()
+
+
+@pytest.fixture
+def black_hole() -> Any:
+    hole = BlackHole()
+    yield hole
+    hole.close()
+
+
+async def test_a_black_holed_server_fails_within_the_socket_timeout(make_client_locks, black_hole):
+    locks = await make_client_locks(black_hole.port, socket_timeout=1, socket_connect_timeout=1)
+    lock = locks.lock("payroll")
+
+    started = time.monotonic()
+    with pytest.raises(redlease.ServerUnavailable) as raised:
+        await lock.acquire(timeout=5)
+    took = time.monotonic() - started
+
+    assert black_hole.accepted, "the client never reached the listener"
+    assert "payroll" in str(raised.value)
+    assert took < 1.6, f"acquire took {took:.2f} s against a 1 s socket timeout"
+
+
+class FaultyProxy:
+    """A TCP proxy to a real server that can spoil the reply to the next lock script call.
+
+    ``cut()``: the next EVALSHA is forwarded (the server runs it), then the client gets
+    one byte of the reply and a connection reset. ``stall(s)``: its reply is held back.
+    """
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.faults: deque[tuple[str, float]] = deque()
+        self.applied: list[str] = []
+        self.sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def cut(self) -> None:
+        self.faults.append(("cut", 0.0))
+
+    def stall(self, seconds: float) -> None:
+        self.faults.append(("stall", seconds))
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            except OSError:
+                client.close()
+                continue
+            self.sockets += [client, upstream]
+            threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
+
+    def _pump(self, client: socket.socket, upstream: socket.socket) -> None:
+        """Both directions on one thread, so a reset is sent the moment it is decided."""
+        pending: deque[tuple[str, float]] = deque()
+        try:
+            while True:
+                readable, _, _ = select.select([client, upstream], [], [])
+                if client in readable:
+                    data = client.recv(65536)
+                    if not data:
+                        break
+                    if b"EVALSHA" in data.upper() and self.faults:
+                        pending.append(self.faults.popleft())
+                    upstream.sendall(data)
+                if upstream in readable:
+                    data = upstream.recv(65536)
+                    if not data:
+                        break
+                    if not pending:
+                        client.sendall(data)
+                        continue
+                    fault, seconds = pending.popleft()
+                    self.applied.append(fault)
+                    if fault == "stall":
+                        time.sleep(seconds)
+                        client.sendall(data)
+                        continue
+                    client.sendall(data[:1])
+                    linger = struct.pack("ii", 1, 0)
+                    client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
+                    break
+        except OSError:
+            pass
+        _close(client)
+        _close(upstream)
+
+    def close(self) -> None:
+        self.listener.close()
+        for connection in self.sockets:
+            _close(connection)
+
+
+def _close(connection: socket.socket) -> None:
+    try:
+        connection.close()
+    except OSError:
+        pass
+
+
+@pytest.fixture
+def proxied(redlease_servers_factory) -> Any:
+    (server,) = redlease_servers_factory(1)
+    warm_up_scripts(server.url)
+    proxy = FaultyProxy(server.port)
+    yield proxy, redis.Redis(port=server.port, decode_responses=True)
+    proxy.close()
+
+
+@pytest.mark.parametrize("timeout", [0, 1], ids=["one-try", "blocking"])
+@pytest.mark.parametrize("client_retries", [False, True], ids=["no-retry", "redis-py-retry"])
+async def test_a_reply_cut_short_on_acquire_is_never_reported_as_busy(
+    make_client_locks, proxied, flavor, client_retries, timeout
+):
+    """The server granted the lock, the reply was lost. Either the client learns it holds
+    the lock (a retry of the same token is granted at once), or it gets ServerUnavailable
+    and the grant is given back; never "held by another owner" about its own token."""
+    proxy, plain = proxied
+    options: dict[str, Any] = {"socket_timeout": 2}
+    if client_retries:
+        options["retry"] = (
+            redis.asyncio.retry.Retry(NoBackoff(), 2)
+            if flavor == "async"
+            else redis.retry.Retry(NoBackoff(), 2)
+        )
+    locks = await make_client_locks(proxy.port, **options)
+    lock = locks.lock("payroll", ttl=20)
+    await lock.locked()  # the client's own setup calls go through first
+    proxy.cut()
+
+    started = time.monotonic()
+    try:
+        lease = await lock.acquire(timeout=timeout)
+    except redlease.LockTimeout:
+        pytest.fail(
+            "a lost reply was reported as 'held by another owner': the lock is held by "
+            f"our own orphaned token {plain.get(lock.keys.lease)!r}"
+        )
+    except redlease.ServerUnavailable:
+        assert proxy.applied == ["cut"]
+        # The server ran the grant we never heard of: it must be given back, not left to
+        # block everyone for the whole TTL.
+        assert await eventually(lambda: not plain.exists(lock.keys.lease), within=1.5), (
+            f"orphaned grant {plain.get(lock.keys.lease)!r} left for its TTL of "
+            f"{plain.pttl(lock.keys.lease)} ms"
+        )
+    else:
+        took = time.monotonic() - started
+        assert proxy.applied == ["cut"]
+        assert plain.get(lock.keys.lease) == lease.token
+        assert took < 0.5, f"the client waited {took:.2f} s on its own grant"
+        assert await lock.release() is redlease.ReleaseOutcome.RELEASED
+        assert not plain.exists(lock.keys.lease)
+
+
+async def test_a_reply_cut_short_on_release_gives_the_real_answer(make_client_locks, proxied):
+    proxy, plain = proxied
+    locks = await make_client_locks(proxy.port, socket_timeout=2)
+    lock = locks.lock("payroll", ttl=20)
+    lease = await lock.acquire()
+    proxy.cut()
+
+    outcome = await lock.release()
+
+    assert proxy.applied == ["cut"]
+    assert outcome is redlease.ReleaseOutcome.RELEASED, "the release did happen"
+    assert not lease.lost
+    assert not plain.exists(lock.keys.lease)
+
+
+# --- cancellation and fork -----------------------------------------------------------
+
+
+@pytest.mark.timeout(30)
+async def test_cancelled_during_the_first_try_holds_nothing(proxied, prefix):
+    """The grant reached the server but not the client: it must be given back."""
+    proxy, plain = proxied
+    async with redlease.AsyncLocks(
+        redis.asyncio.Redis(port=proxy.port, socket_timeout=5), prefix=prefix
+    ) as locks:
+        lock = locks.lock("payroll", ttl=20)
+        await lock.locked()
+        proxy.stall(1.0)
+        trying = asyncio.create_task(lock.acquire(timeout=5))
+        assert await eventually(lambda: plain.exists(lock.keys.lease), within=2)
+
+        trying.cancel()
+        await asyncio.wait({trying}, timeout=5)
+        assert trying.cancelled(), f"the cancelled acquire ended with {trying}"
+        assert proxy.applied == ["stall"]
+
+        assert lock.lease is None
+        assert await eventually(lambda: not plain.exists(lock.keys.lease), within=2), (
+            "the grant the cancelled task never saw is left held for its TTL"
+        )
+        assert not plain.exists(lock.keys.queue)
+        assert locks.notifier.channels() == []
+        assert not plain.execute_command("PUBSUB", "SHARDCHANNELS", f"{prefix}*")
+        assert not plain.execute_command("PUBSUB", "CHANNELS", f"{prefix}*")
+        # and the lock is usable again right away
+        async with lock:
+            assert await lock.owned()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_forked_child_neither_releases_nor_renews_the_parents_lease(redlease_url, prefix):
+    done = subprocess.run(
+        [sys.executable, str(FORK_HOLDER), redlease_url, prefix, "payroll"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    child, parent = report["child"], report["parent"]
+
+    assert child["release"] == "NotOwned", child
+    assert child["holds_a_lease"] is False
+    assert child["took_the_lock"] is False, "the child got the lock its parent holds"
+    assert child["key_after_release"] == parent["token"], "the child deleted the parent's lease"
+    assert child["renewer_threads"] == []
+    assert report["child_status"] == 0
+    assert parent["owned_after_child"] is True
+    assert parent["lost"] is False
+    assert parent["renewed_since_fork"] is True, "the parent stopped renewing after the fork"
+    assert parent["release"] == "RELEASED"
+    assert child["left_parent_connections_usable"] is True
