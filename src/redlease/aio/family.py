@@ -93,7 +93,7 @@ class AsyncSemaphore(SemaphoreBase["AsyncLocks"]):
     async def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> Lease:
         """Take a permit (its lease's token is the permit id) or raise :class:`LockTimeout`."""
         owner = self._owner()
-        publish = await self.locks.commands_for(self.keys)
+        publish = await self.locks.publish_for(self)
         request = self._request(self._claim(owner, publish), blocking, timeout)
         return self._settle(owner, await self.locks.obtain(self, request), request, None)
 
@@ -185,7 +185,7 @@ class AsyncMultiLock(MultiLockBase["AsyncLocks"]):
         self, blocking: bool | None = None, timeout: float | None = None
     ) -> MultiLease:
         owner = self._owner()
-        publish = await self.locks.commands_for(self.keys)
+        publish = await self.locks.publish_for(self)
         claims = self._claims(owner, publish)
         request = self._request(claims[0], blocking, timeout)
         flow = multi_acquire_flow(claims, self.locks.atomic_multi, request, self.locks.clock)

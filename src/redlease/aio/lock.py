@@ -52,7 +52,7 @@ from redlease.core.renewal import renewal_answers, renewal_calls
 from redlease.core.replication import ReplicaAcks, ReplicaShortfall
 from redlease.core.subscriptions import PubSubCommands
 from redlease.core.templates import KeyTemplate
-from redlease.errors import LeaseLost, LockTimeout, NotReplicated, ServerUnavailable
+from redlease.errors import LeaseLost, LockError, LockTimeout, NotReplicated, ServerUnavailable
 from redlease.keys import DEFAULT_PREFIX, LockKeys, ttl_to_ms
 
 if TYPE_CHECKING:
@@ -243,6 +243,15 @@ class AsyncLocks(LocksBase):
                 policy,
             )
 
+    async def publish_for(self, primitive: LeasedBase[Any]) -> str:
+        """:meth:`commands_for` a primitive about to acquire: a failure is reported to the
+        hooks as that acquisition's error (it happened before the acquisition began)."""
+        try:
+            return await self.commands_for(primitive.keys)
+        except LockError as exc:
+            primitive._report_failure(exc)
+            raise
+
     async def commands_for(self, keys: LockKeys) -> str:
         """The publish command, or :class:`ServerUnavailable` naming the lock."""
         try:
@@ -423,7 +432,7 @@ class AsyncLock(LockBase["AsyncLocks"]):
             raise unavailable(self.keys, "inspect", exc) from exc
 
     async def commands(self) -> str:
-        return await self.locks.commands_for(self.keys)
+        return await self.locks.publish_for(self)
 
     async def __aenter__(self) -> Lease:
         return await self.acquire()

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from redlease.core.claims import Claim, ExclusiveClaim
-from redlease.core.hooks import ACQUIRED, TIMEOUT, AcquireEvent, Hooks
+from redlease.core.hooks import ACQUIRED, ERROR, TIMEOUT, AcquireEvent, Hooks
 from redlease.core.lease import Lease, LostCallback, ReleaseOutcome
 from redlease.core.protocol import HANDED_OVER, AcquireRequest, Clock, Grant, release_reason
 from redlease.core.renewal import RenewalSchedule
@@ -219,6 +219,12 @@ class LeasedBase(Generic[LocksT]):
             started_at=self.locks.clock(),
             observation=self.locks.hooks.acquire_started(self.name, self.kind),
         )
+
+    def _report_failure(self, error: BaseException) -> None:
+        """An acquisition that failed before it could begin (the server was unreachable)."""
+        context = self.locks.hooks.acquire_started(self.name, self.kind)
+        event = AcquireEvent(self.name, self.kind, ERROR, 0.0, None, error)
+        self.locks.hooks.acquire_finished(context, event)
 
     def _observe(
         self,

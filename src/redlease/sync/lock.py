@@ -41,7 +41,7 @@ from redlease.core.renewal import renewal_answers, renewal_calls
 from redlease.core.replication import ReplicaAcks, ReplicaShortfall
 from redlease.core.subscriptions import PubSubCommands
 from redlease.core.templates import KeyTemplate
-from redlease.errors import LeaseLost, LockTimeout, NotReplicated, ServerUnavailable
+from redlease.errors import LeaseLost, LockError, LockTimeout, NotReplicated, ServerUnavailable
 from redlease.keys import DEFAULT_PREFIX, LockKeys, ttl_to_ms
 from redlease.sync._flavor import (
     INTERRUPTIONS,
@@ -244,6 +244,15 @@ class Locks(LocksBase):
                 policy,
             )
 
+    def publish_for(self, primitive: LeasedBase[Any]) -> str:
+        """:meth:`commands_for` a primitive about to acquire: a failure is reported to the
+        hooks as that acquisition's error (it happened before the acquisition began)."""
+        try:
+            return self.commands_for(primitive.keys)
+        except LockError as exc:
+            primitive._report_failure(exc)
+            raise
+
     def commands_for(self, keys: LockKeys) -> str:
         """The publish command, or :class:`ServerUnavailable` naming the lock."""
         try:
@@ -424,7 +433,7 @@ class Lock(LockBase["Locks"]):
             raise unavailable(self.keys, "inspect", exc) from exc
 
     def commands(self) -> str:
-        return self.locks.commands_for(self.keys)
+        return self.locks.publish_for(self)
 
     def __enter__(self) -> Lease:
         return self.acquire()
