@@ -39,7 +39,9 @@ def pair(redlease_servers_factory) -> Iterator[Pair]:
     servers = Pair(master, replica)
     try:
         deadline = time.monotonic() + 10
-        while servers.on_replica.info("replication").get("master_link_status") != "up":
+        while servers.on_replica.info("replication").get("master_link_status") != "up" or (
+            "online" not in str(servers.on_master.info("replication").get("slave0", ""))
+        ):
             assert time.monotonic() < deadline, "the replica never synced"
             time.sleep(0.02)
         yield servers
@@ -50,7 +52,8 @@ def pair(redlease_servers_factory) -> Iterator[Pair]:
 
 
 async def test_grant_is_on_the_replica_when_acquire_returns(make_locks, pair, prefix):
-    locks = await make_locks(pair.master.url, replicas=1, replica_timeout=REPLICA_TIMEOUT)
+    # a generous timeout: on a busy machine a live replica can take a while to acknowledge
+    locks = await make_locks(pair.master.url, replicas=1, replica_timeout=3)
 
     lease = await locks.lock("invoice", ttl=30).acquire()
 
@@ -76,7 +79,7 @@ async def test_paused_replica_rolls_the_grant_back_within_the_replica_timeout(
     finally:
         pair.replica.resume()
 
-    assert REPLICA_TIMEOUT <= elapsed < REPLICA_TIMEOUT + 0.5, (
+    assert REPLICA_TIMEOUT <= elapsed < REPLICA_TIMEOUT + 1.0, (
         f"NotReplicated after {elapsed:.2f} s with a {REPLICA_TIMEOUT} s replica timeout"
     )
     assert await plain.lock("invoice").release() is ReleaseOutcome.RELEASED
@@ -100,8 +103,8 @@ async def test_a_locks_replicas_overrides_the_clients(make_locks, pair, prefix):
     finally:
         pair.replica.resume()
 
-    assert relaxed_took < REPLICA_TIMEOUT, "replicas=0 on the lock waits for no replica"
-    assert strict_took < REPLICA_TIMEOUT + 0.5, (
+    assert relaxed_took < strict_took, "replicas=0 on the lock waits for no replica"
+    assert REPLICA_TIMEOUT <= strict_took < REPLICA_TIMEOUT + 1.0, (
         f"the lock's replicas=1 took {strict_took:.2f} s; the client's replica timeout is "
         f"{REPLICA_TIMEOUT} s"
     )
