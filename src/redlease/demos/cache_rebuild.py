@@ -11,23 +11,22 @@ calls the source.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import redis
 
 from redlease.demos import display
 from redlease.demos.base import (
+    MAX_WORKERS,
     Demo,
-    ExitCode,
+    finish,
     non_negative_float,
     positive_float,
-    positive_int,
     reachable_server,
+    worker_count,
 )
 from redlease.demos.crew import Event, RunKeys, Worker, remove_keys, run_crew
 from redlease.sync.lock import Locks
@@ -36,7 +35,6 @@ __all__ = ["DEMO", "CacheResult", "CacheSettings", "run_cache_rebuild"]
 
 NAME = "cache-rebuild"
 LOCK_NAME = "cache-rebuild:report"
-MAX_WORKERS = 256
 STOP_GRACE = 10.0
 
 
@@ -177,7 +175,7 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     defaults = CacheSettings()
     parser.add_argument(
         "--workers",
-        type=_worker_count,
+        type=worker_count,
         default=defaults.workers,
         metavar="N",
         help=f"processes missing the cache at once, at most {MAX_WORKERS} (default: %(default)s)",
@@ -209,13 +207,6 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _worker_count(text: str) -> int:
-    count = positive_int(text)
-    if count > MAX_WORKERS:
-        raise argparse.ArgumentTypeError(f"at most {MAX_WORKERS} processes, got {count}")
-    return count
-
-
 def _run(args: argparse.Namespace) -> int:
     settings = CacheSettings(
         workers=args.workers,
@@ -228,18 +219,12 @@ def _run(args: argparse.Namespace) -> int:
         display.progress("served", settings.workers, enabled=not args.json) as update,
     ):
         result = run_cache_rebuild(url, settings, update)
-    if args.json:
-        print(json.dumps(asdict(result)))
-    else:
-        _show(result)
-    if result.locked and result.source_calls != 1:
-        print(
-            f"redlease: the source was called {result.source_calls} times with the lock on: "
-            "this is a bug, please report it",
-            file=sys.stderr,
-        )
-        return ExitCode.SOFTWARE
-    return ExitCode.OK
+    violation = (
+        f"the source was called {result.source_calls} times with the lock on"
+        if (result.locked and result.source_calls != 1)
+        else None
+    )
+    return finish(result, args.json, _show, violation)
 
 
 def _show(result: CacheResult) -> None:

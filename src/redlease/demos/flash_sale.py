@@ -14,14 +14,12 @@ oversells, because every segment is still sold under its lock.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import queue
-import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
 
@@ -30,13 +28,15 @@ import redis
 from redlease.commands.common import UsageError
 from redlease.demos import display
 from redlease.demos.base import (
+    MAX_WORKERS,
     Demo,
     DemoFailed,
-    ExitCode,
+    finish,
     non_negative_float,
     positive_float,
     positive_int,
     reachable_server,
+    worker_count,
 )
 from redlease.demos.buyer import BuyerPlan, BuyerReport, buy_until_sold_out
 from redlease.demos.shop import Shop, ShopKeys, split_stock
@@ -49,7 +49,6 @@ if TYPE_CHECKING:
 
     Outbox: TypeAlias = Queue[tuple[str, Any]]
 
-MAX_WORKERS = 256
 MAX_SEGMENTS = 1024
 POLL_INTERVAL = 0.05
 START_TIMEOUT = 60.0
@@ -248,7 +247,7 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--workers",
-        type=_worker_count,
+        type=worker_count,
         default=defaults.workers,
         metavar="N",
         help=f"buyer processes, at most {MAX_WORKERS} (default: %(default)s)",
@@ -297,13 +296,6 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _worker_count(text: str) -> int:
-    count = positive_int(text)
-    if count > MAX_WORKERS:
-        raise argparse.ArgumentTypeError(f"at most {MAX_WORKERS} buyer processes, got {count}")
-    return count
-
-
 def _segment_count(text: str) -> int:
     count = positive_int(text)
     if count > MAX_SEGMENTS:
@@ -327,18 +319,12 @@ def _run(args: argparse.Namespace) -> int:
         display.progress("sold", settings.stock, enabled=not args.json) as update,
     ):
         result = run_sale(url, settings, update)
-    if args.json:
-        print(json.dumps(asdict(result)))
-    else:
-        _show(result)
-    if result.locked and result.oversold:
-        print(
-            f"redlease: oversold {result.oversold} items with the lock on: "
-            "this is a bug, please report it",
-            file=sys.stderr,
-        )
-        return ExitCode.SOFTWARE
-    return ExitCode.OK
+    violation = (
+        f"oversold {result.oversold} items with the lock on"
+        if (result.locked and result.oversold)
+        else None
+    )
+    return finish(result, args.json, _show, violation)
 
 
 def _show(result: SaleResult) -> None:

@@ -10,22 +10,22 @@ and the creation are one step and every later attempt finds the order.
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import redis
 
 from redlease.demos import display
 from redlease.demos.base import (
+    MAX_WORKERS,
     Demo,
-    ExitCode,
+    finish,
     non_negative_float,
     positive_float,
     positive_int,
     reachable_server,
+    worker_count,
 )
 from redlease.demos.crew import RunKeys, Worker, remove_keys, run_crew
 from redlease.errors import LockTimeout
@@ -34,7 +34,6 @@ from redlease.sync.lock import Locks
 __all__ = ["DEMO", "OrderResult", "OrderSettings", "run_one_order"]
 
 NAME = "one-order"
-MAX_WORKERS = 256
 STOP_GRACE = 10.0
 
 
@@ -196,7 +195,7 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     defaults = OrderSettings()
     parser.add_argument(
         "--workers",
-        type=_worker_count,
+        type=worker_count,
         default=defaults.workers,
         metavar="N",
         help=f"processes clicking buy, at most {MAX_WORKERS} (default: %(default)s)",
@@ -243,13 +242,6 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _worker_count(text: str) -> int:
-    count = positive_int(text)
-    if count > MAX_WORKERS:
-        raise argparse.ArgumentTypeError(f"at most {MAX_WORKERS} processes, got {count}")
-    return count
-
-
 def _run(args: argparse.Namespace) -> int:
     settings = OrderSettings(
         workers=args.workers,
@@ -265,18 +257,12 @@ def _run(args: argparse.Namespace) -> int:
         display.progress("attempts", total, enabled=not args.json) as update,
     ):
         result = run_one_order(url, settings, update)
-    if args.json:
-        print(json.dumps(asdict(result)))
-    else:
-        _show(result)
-    if result.locked and result.orders > 1:
-        print(
-            f"redlease: {result.orders} orders for one user with the lock on: "
-            "this is a bug, please report it",
-            file=sys.stderr,
-        )
-        return ExitCode.SOFTWARE
-    return ExitCode.OK
+    violation = (
+        f"{result.orders} orders for one user with the lock on"
+        if (result.locked and result.orders > 1)
+        else None
+    )
+    return finish(result, args.json, _show, violation)
 
 
 def _show(result: OrderResult) -> None:

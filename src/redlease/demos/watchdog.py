@@ -14,11 +14,10 @@ its release that its lease was lost.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -27,7 +26,7 @@ from redlease.core.lease import Lease
 from redlease.demos import display
 from redlease.demos.base import (
     Demo,
-    ExitCode,
+    finish,
     positive_float,
     reachable_server,
 )
@@ -348,18 +347,12 @@ def _run(args: argparse.Namespace) -> int:
         result = run_watchdog(
             url, settings, update, (lambda line: None) if args.json else _print_line
         )
-    if args.json:
-        print(json.dumps(asdict(result)))
-    else:
-        _show(result)
-    if result.renew and (result.overlaps or result.holder_lost):
-        print(
-            f"redlease: {result.overlaps} overlaps with renewal on "
-            f"(holder lost its lease: {result.holder_lost}): this is a bug, please report it",
-            file=sys.stderr,
-        )
-        return ExitCode.SOFTWARE
-    return ExitCode.OK
+    violation = (
+        f"{result.overlaps} overlaps with renewal on (holder lost its lease: {result.holder_lost})"
+        if result.renew and (result.overlaps or result.holder_lost)
+        else None
+    )
+    return finish(result, args.json, _show, violation)
 
 
 def _print_line(line: str) -> None:
