@@ -28,6 +28,7 @@ from redlease.core.base import (
     LeasedBase,
     LockBase,
     LocksBase,
+    LocksT,
     Owner,
     TokenFactory,
     random_token,
@@ -362,7 +363,38 @@ def _client(client: Redis | RedisCluster | str, cluster: bool) -> Redis | RedisC
     return RedisCluster.from_url(client) if cluster else Redis.from_url(client)
 
 
-class AsyncLock(LockBase["AsyncLocks"]):
+class AsyncLeaseHandle(LockBase[LocksT]):
+    """What every reentrant lock handle does the same way on top of its own acquire and
+    release: one try, and the ``async with`` block that never runs its body unlocked."""
+
+    async def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> Lease:
+        raise NotImplementedError
+
+    async def release(self) -> ReleaseOutcome:
+        raise NotImplementedError
+
+    async def try_acquire(self) -> Lease | None:
+        """One attempt: the lease, or ``None`` when another owner holds the lock."""
+        try:
+            return await self.acquire(blocking=False)
+        except LockTimeout:
+            return None
+
+    async def __aenter__(self) -> Lease:
+        return await self.acquire()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        lease = self.lease
+        outcome = await self.release()
+        self._lost_at_exit(lease, outcome, body_failed=exc_type is not None)
+
+
+class AsyncLock(AsyncLeaseHandle["AsyncLocks"]):
     """A reentrant lease lock on one name.
 
     ``ttl`` is the lease length in seconds (millisecond precision). Without it the lease
@@ -388,13 +420,6 @@ class AsyncLock(LockBase["AsyncLocks"]):
             return held
         assert request is not None
         return self._settle(owner, await self.locks.obtain(self, request), request, self.role)
-
-    async def try_acquire(self) -> Lease | None:
-        """One attempt: the lease, or ``None`` when another owner holds the lock."""
-        try:
-            return await self.acquire(blocking=False)
-        except LockTimeout:
-            return None
 
     async def release(self) -> ReleaseOutcome:
         """Release (or count down a reentrant hold). Raises :class:`NotOwned` if not held.
@@ -433,19 +458,6 @@ class AsyncLock(LockBase["AsyncLocks"]):
 
     async def commands(self) -> str:
         return await self.locks.publish_for(self)
-
-    async def __aenter__(self) -> Lease:
-        return await self.acquire()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        lease = self.lease
-        outcome = await self.release()
-        self._lost_at_exit(lease, outcome, body_failed=exc_type is not None)
 
 
 class AsyncFairLock(AsyncLock):

@@ -18,9 +18,9 @@ from typing import Any
 from redis.asyncio import Redis
 
 from redlease.aio._flavor import concurrently, current_owner, fire, sleep
-from redlease.aio.lock import AsyncLocks
+from redlease.aio.lock import AsyncLeaseHandle, AsyncLocks
 from redlease.aio.renewer import AsyncRenewer
-from redlease.core.base import LockBase, LocksBase, Owner, TokenFactory, random_token
+from redlease.core.base import LocksBase, Owner, TokenFactory, random_token
 from redlease.core.hooks import Hooks, combine
 from redlease.core.lease import Lease, ReleaseOutcome
 from redlease.core.ops import RunScript
@@ -130,7 +130,7 @@ def _renewing(master: AsyncLocks, due: list[Lease]) -> Callable[[], Any]:
     return run
 
 
-class AsyncRedlockLock(LockBase[AsyncRedlock]):
+class AsyncRedlockLock(AsyncLeaseHandle[AsyncRedlock]):
     """A lease held on a majority of independent masters.
 
     Reentrant per owner like :class:`AsyncLock`. Waiting retries rounds after short random
@@ -182,12 +182,6 @@ class AsyncRedlockLock(LockBase[AsyncRedlock]):
             await sleep(pause if remaining is None else min(pause, remaining))
             delay = min(delay * 2, RETRY_DELAYS_S[1])
 
-    async def try_acquire(self) -> Lease | None:
-        try:
-            return await self.acquire(blocking=False)
-        except LockTimeout:
-            return None
-
     async def release(self) -> ReleaseOutcome:
         """Release on every master; ``EXPIRED`` if a majority no longer held it."""
         lease = self._begin_release()
@@ -214,16 +208,3 @@ class AsyncRedlockLock(LockBase[AsyncRedlock]):
             fire(lease, callbacks)
             raise LeaseLost(self.name, lease.lost_reason or "lost")
         return lease
-
-    async def __aenter__(self) -> Lease:
-        return await self.acquire()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        lease = self.lease
-        outcome = await self.release()
-        self._lost_at_exit(lease, outcome, body_failed=exc_type is not None)

@@ -17,6 +17,7 @@ from redlease.core.base import (
     LeasedBase,
     LockBase,
     LocksBase,
+    LocksT,
     Owner,
     TokenFactory,
     random_token,
@@ -363,7 +364,38 @@ def _client(client: Redis | RedisCluster | str, cluster: bool) -> Redis | RedisC
     return RedisCluster.from_url(client) if cluster else Redis.from_url(client)
 
 
-class Lock(LockBase["Locks"]):
+class LeaseHandle(LockBase[LocksT]):
+    """What every reentrant lock handle does the same way on top of its own acquire and
+    release: one try, and the ``with`` block that never runs its body unlocked."""
+
+    def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> Lease:
+        raise NotImplementedError
+
+    def release(self) -> ReleaseOutcome:
+        raise NotImplementedError
+
+    def try_acquire(self) -> Lease | None:
+        """One attempt: the lease, or ``None`` when another owner holds the lock."""
+        try:
+            return self.acquire(blocking=False)
+        except LockTimeout:
+            return None
+
+    def __enter__(self) -> Lease:
+        return self.acquire()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        lease = self.lease
+        outcome = self.release()
+        self._lost_at_exit(lease, outcome, body_failed=exc_type is not None)
+
+
+class Lock(LeaseHandle["Locks"]):
     """A reentrant lease lock on one name.
 
     ``ttl`` is the lease length in seconds (millisecond precision). Without it the lease
@@ -389,13 +421,6 @@ class Lock(LockBase["Locks"]):
             return held
         assert request is not None
         return self._settle(owner, self.locks.obtain(self, request), request, self.role)
-
-    def try_acquire(self) -> Lease | None:
-        """One attempt: the lease, or ``None`` when another owner holds the lock."""
-        try:
-            return self.acquire(blocking=False)
-        except LockTimeout:
-            return None
 
     def release(self) -> ReleaseOutcome:
         """Release (or count down a reentrant hold). Raises :class:`NotOwned` if not held.
@@ -434,19 +459,6 @@ class Lock(LockBase["Locks"]):
 
     def commands(self) -> str:
         return self.locks.publish_for(self)
-
-    def __enter__(self) -> Lease:
-        return self.acquire()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        lease = self.lease
-        outcome = self.release()
-        self._lost_at_exit(lease, outcome, body_failed=exc_type is not None)
 
 
 class FairLock(Lock):

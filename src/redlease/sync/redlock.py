@@ -18,7 +18,7 @@ from typing import Any
 
 from redis import Redis
 
-from redlease.core.base import LockBase, LocksBase, Owner, TokenFactory, random_token
+from redlease.core.base import LocksBase, Owner, TokenFactory, random_token
 from redlease.core.hooks import Hooks, combine
 from redlease.core.lease import Lease, ReleaseOutcome
 from redlease.core.ops import RunScript
@@ -37,7 +37,7 @@ from redlease.errors import InvalidArgument, LeaseLost, LockTimeout, ServerUnava
 from redlease.keys import DEFAULT_PREFIX
 from redlease.scripts import ScriptName
 from redlease.sync._flavor import concurrently, current_owner, fire, sleep
-from redlease.sync.lock import Locks
+from redlease.sync.lock import LeaseHandle, Locks
 from redlease.sync.renewer import Renewer
 
 RETRY_DELAYS_S = (0.005, 0.05)
@@ -131,7 +131,7 @@ def _renewing(master: Locks, due: list[Lease]) -> Callable[[], Any]:
     return run
 
 
-class RedlockLock(LockBase[Redlock]):
+class RedlockLock(LeaseHandle[Redlock]):
     """A lease held on a majority of independent masters.
 
     Reentrant per owner like :class:`Lock`. Waiting retries rounds after short random
@@ -183,12 +183,6 @@ class RedlockLock(LockBase[Redlock]):
             sleep(pause if remaining is None else min(pause, remaining))
             delay = min(delay * 2, RETRY_DELAYS_S[1])
 
-    def try_acquire(self) -> Lease | None:
-        try:
-            return self.acquire(blocking=False)
-        except LockTimeout:
-            return None
-
     def release(self) -> ReleaseOutcome:
         """Release on every master; ``EXPIRED`` if a majority no longer held it."""
         lease = self._begin_release()
@@ -215,16 +209,3 @@ class RedlockLock(LockBase[Redlock]):
             fire(lease, callbacks)
             raise LeaseLost(self.name, lease.lost_reason or "lost")
         return lease
-
-    def __enter__(self) -> Lease:
-        return self.acquire()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        lease = self.lease
-        outcome = self.release()
-        self._lost_at_exit(lease, outcome, body_failed=exc_type is not None)
