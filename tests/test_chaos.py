@@ -3,12 +3,26 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
+import redis
 
 from redlease.chaos.checks import History, Section, count_overlaps, fence_regressions, verdict
+from redlease.chaos.proxy import Mode, ProxyHub
+
+# The scenarios below start private servers and topologies of their own whatever REDIS_URL
+# says, so the CI pass against an external server would only repeat them.
+private_only = pytest.mark.skipif(
+    bool(os.environ.get("REDIS_URL")), reason="runs on private servers; repeats the first pass"
+)
 
 KEYS = {
     "overlaps",
@@ -22,7 +36,7 @@ KEYS = {
 }
 
 
-def _chaos(*args: str, timeout: float = 120) -> dict[str, object]:
+def _chaos(*args: str, timeout: float = 120) -> dict[str, Any]:
     done = subprocess.run(
         [sys.executable, "-m", "redlease", "chaos", "--quick", "--json", *args],
         capture_output=True,
@@ -31,8 +45,16 @@ def _chaos(*args: str, timeout: float = 120) -> dict[str, object]:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    report: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return report
+
+
+def _fenced_exact(name: str, result: dict[str, Any], injections: int = 2) -> None:
+    assert KEYS <= set(result), (name, result)
+    assert result["fenced_lost_updates"] == 0, (name, result)
+    assert result["fence_regressions"] == 0, (name, result)
+    assert result["injections"] == injections, (name, result)
+    assert result["recover_ms"] is not None, (name, result)
 
 
 @pytest.mark.timeout(150)
@@ -111,3 +133,106 @@ def test_checkers_on_a_hand_made_history() -> None:
     assert result["fenced_lost_updates"] == 0
     assert result["rejected"] == 1
     assert result["recover_ms"] == 500.0
+
+
+def _proxied(url: str, hub: ProxyHub) -> tuple[Any, redis.Redis]:
+    parts = urlsplit(url)
+    link = hub.link(parts.hostname or "127.0.0.1", parts.port or 6379)
+
+    return link, redis.Redis.from_url(
+        url.replace(parts.netloc.rpartition("@")[2], f"127.0.0.1:{link.port}"),
+        socket_timeout=5,
+    )
+
+
+def test_proxy_delays_drops_and_black_holes_replies(redlease_url: str, prefix: str) -> None:
+    key = f"{prefix}:proxy"
+    with ProxyHub() as hub:
+        link, client = _proxied(redlease_url, hub)
+        direct = redis.Redis.from_url(redlease_url)
+        client.ping()
+
+        link.set(delay=0.3)
+        started = time.monotonic()
+        client.set(key, 1)
+        assert time.monotonic() - started >= 0.3
+
+        link.set(mode=Mode.DROP)
+        with pytest.raises(redis.ConnectionError):
+            client.incr(key)
+        assert direct.get(key) == b"2"  # it ran: the reply was lost, not the command
+        assert client.incr(key) == 3  # the link passes again after one drop
+
+        link.set(mode=Mode.BLACKHOLE)
+        threading.Timer(0.5, link.set).start()
+        started = time.monotonic()
+        assert client.incr(key) == 4  # held in the hole, delivered when it healed
+        assert time.monotonic() - started >= 0.45
+
+        link.set(mode=Mode.REFUSE)
+        with pytest.raises(redis.ConnectionError):
+            client.ping()
+        link.set()
+        assert client.ping() is True
+        direct.delete(key)
+        direct.close()
+        client.close()
+
+
+@private_only
+@pytest.mark.timeout(300)
+def test_network_and_server_faults_keep_the_fenced_counter_exact(tmp_path: Path) -> None:
+    safe = ("drop", "blackhole", "client-pause", "stall", "restart-delayed")
+    page = tmp_path / "matrix.md"
+    report = _chaos("latency", *safe, "--markdown", str(page), timeout=280)
+    assert report["ok"] is True
+    for name, result in report["scenarios"].items():
+        _fenced_exact(name, result)
+    for name in safe:
+        # The holder finished its writes before anyone else could be let in.
+        assert report["scenarios"][name]["overlaps_all"] == 0, name
+        assert report["scenarios"][name]["lost_updates"] == 0, name
+    # Tokens restart from 1 on the emptied server: the guard refuses them for a while.
+    assert report["scenarios"]["restart-delayed"]["rejected"] > 0
+    text = page.read_text()
+    assert text.startswith("# The chaos matrix")
+    for name in ("latency", *safe):
+        assert f"| {name}: " in text
+        assert f"- **{name}**" in text
+    assert "the fenced counter was exact in every scenario" in text
+
+
+@private_only
+@pytest.mark.timeout(400)
+def test_partitions_and_failovers_break_unfenced_locks_and_fencing_holds() -> None:
+    names = ("partition", "redlock-partition", "sentinel-failover", "cluster-failover")
+    report = _chaos(*names, timeout=380)
+    assert report["ok"] is True
+    for name in names:
+        result = report["scenarios"][name]
+        if "skipped" in result:  # no network namespaces on this machine
+            assert name == "partition"
+            assert result["skipped"]
+            continue
+        _fenced_exact(name, result)
+        # An honest harness finds the violations these faults really cause ...
+        assert result["overlaps_all"] > 0 or result["lost_updates"] > 0, (name, result)
+        # ... and the guard refused the stale holder's writes.
+        assert result["rejected"] > 0, (name, result)
+
+
+def test_proxied_scenarios_run_on_a_shared_server(redlease_url: str) -> None:
+    report = _chaos("blackhole", "--url", redlease_url)
+    _fenced_exact("blackhole", report["scenarios"]["blackhole"])
+
+
+def test_topology_scenarios_refuse_a_shared_server(redlease_url: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "redlease", "chaos", "sentinel-failover", "--url", redlease_url],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 64
+    assert "private" in done.stderr

@@ -166,6 +166,10 @@ class LocalCluster:
         """The running nodes that answer ``ROLE`` with slave, in start order."""
         return [node for node, role in self._roles() if role[0] == "slave"]
 
+    def replicas_of(self, master: EmbeddedServer) -> list[EmbeddedServer]:
+        """The running nodes that replicate ``master``, in start order."""
+        return [node for node, role in self._roles() if _replicates(role, master.port)]
+
     def master_for_key(self, key: str | bytes) -> EmbeddedServer:
         """The node serving ``key``'s slot, according to the running masters."""
         slot = key_slot(key.encode() if isinstance(key, str) else key)
@@ -184,7 +188,7 @@ class LocalCluster:
         (which needs neither the master nor a vote).
         """
         timeout = self._timeout if timeout is None else timeout
-        replicas = [node for node, role in self._roles() if _replicates(role, master.port)]
+        replicas = self.replicas_of(master)
         if not replicas:
             raise TopologyError(f"{master!r} has no running replica to promote")
         replica = replicas[0]

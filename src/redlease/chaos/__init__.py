@@ -8,7 +8,8 @@ the history for overlapping critical sections, lost updates and fence order.
 
 from __future__ import annotations
 
+from redlease.chaos.errors import ChaosError
 from redlease.chaos.faults import FAULTS, Fault
-from redlease.chaos.harness import ChaosError, Settings, run_scenarios
+from redlease.chaos.harness import Settings, run_scenarios
 
 __all__ = ["FAULTS", "ChaosError", "Fault", "Settings", "run_scenarios"]

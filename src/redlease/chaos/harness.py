@@ -25,18 +25,16 @@ from typing import Any
 import redis
 
 from redlease.chaos.checks import read_logs, verdict
+from redlease.chaos.errors import ChaosError
 from redlease.chaos.faults import FAULTS, Fault
+from redlease.chaos.targets import Target, namespaces_available, open_target
 from redlease.keys import LockKeys
-from redlease.server import EmbeddedServer
 
 LOCK_NAME = "counter"
 POLL = 0.002
-START_TIMEOUT = 15.0
+START_TIMEOUT = 30.0  # python start-up of every worker on a loaded 2-core machine
 HOLDER_TIMEOUT = 5.0
-
-
-class ChaosError(RuntimeError):
-    """The harness could not carry out a scenario (workers never started, no holder)."""
+FAILOVER_ALLOWANCE = 30.0  # a failover fault heals when a replica has taken over
 
 
 @dataclass(frozen=True)
@@ -47,34 +45,11 @@ class Settings:
     injections: int = 5
     warmup: float = 1.0
     settle: float = 1.5
+    renew: bool = False
 
     @classmethod
     def quick(cls) -> Settings:
         return cls(ttl=0.5, hold=0.15, workers=3, injections=2, warmup=0.4, settle=0.8)
-
-
-@dataclass
-class Target:
-    """Where the lock and the protected data live; ``lock_server`` if the harness owns it."""
-
-    lock_url: str
-    data_url: str
-    lock_server: EmbeddedServer | None = None
-
-    @property
-    def private(self) -> bool:
-        return self.lock_server is not None
-
-
-@contextmanager
-def private_target() -> Iterator[Target]:
-    """Two private servers: one for the lock, one for the counters it protects.
-
-    Separate servers let a restart of the lock server wipe the lock (and its fencing
-    counter) while the counters and their fence records survive, as a database would.
-    """
-    with EmbeddedServer() as lock_server, EmbeddedServer() as data_server:
-        yield Target(lock_server.url, data_server.url, lock_server)
 
 
 class _Tail:
@@ -86,6 +61,7 @@ class _Tail:
         self.buffer = ""
         self.in_section = False
         self.acquisitions = 0
+        self.granted_at = 0.0
 
     def poll(self) -> None:
         try:
@@ -98,14 +74,16 @@ class _Tail:
         lines = (self.buffer + chunk).split("\n")
         self.buffer = lines.pop()
         for line in lines:
-            with suppress(ValueError):
-                kind = json.loads(line)["ev"]
+            with suppress(ValueError, KeyError):
+                event = json.loads(line)
+                kind = event["ev"]
                 if kind == "enter":
                     self.in_section = True
                 elif kind == "exit":
                     self.in_section = False
                 elif kind == "acq":
                     self.acquisitions += 1
+                    self.granted_at = float(event["t"])
 
 
 class Run:
@@ -114,7 +92,7 @@ class Run:
     def __init__(self, fault: Fault, target: Target, settings: Settings, directory: Path) -> None:
         self.fault = fault
         self.target = target
-        self.settings = settings
+        self.settings = fault.adjust(settings)
         self.directory = directory
         self.prefix = f"redlease-chaos-{fault.name}-{secrets.token_hex(4)}"
         self.lease_key = LockKeys(LOCK_NAME, self.prefix).lease
@@ -125,14 +103,15 @@ class Run:
 
     def budget(self) -> float:
         s = self.settings
-        per_fault = HOLDER_TIMEOUT + self.fault.duration(self) + s.settle
-        return START_TIMEOUT + s.warmup + s.injections * per_fault + 10
+        per_fault = self.holder_timeout() + self.fault.duration(self) + s.settle
+        return START_TIMEOUT + s.warmup + s.injections * (per_fault + FAILOVER_ALLOWANCE) + 10
+
+    def holder_timeout(self) -> float:
+        return HOLDER_TIMEOUT + 2 * self.settings.hold
 
     @contextmanager
-    def lock_client(self, timeout: float = 2.0) -> Iterator[redis.Redis]:
-        client = redis.Redis.from_url(
-            self.target.lock_url, socket_timeout=timeout, socket_connect_timeout=timeout
-        )
+    def lock_client(self, timeout: float = 2.0) -> Iterator[Any]:
+        client = self.target.admin(timeout)
         try:
             yield client
         finally:
@@ -142,9 +121,10 @@ class Run:
         worker = f"w{len(self.workers) + 1}"
         log = self.directory / f"{self.fault.name}-{worker}.jsonl"
         command = [
+            *self.target.wrap(worker),
             sys.executable, "-m", "redlease.chaos.worker",
-            "--lock-url", self.target.lock_url,
-            "--data-url", self.target.data_url,
+            *self.target.lock_args(worker),
+            "--data-url", self.target.worker_data_url(worker),
             "--prefix", self.prefix,
             "--name", LOCK_NAME,
             "--worker", worker,
@@ -153,6 +133,7 @@ class Run:
             "--deadline", str(self.deadline),
             "--stop-file", str(self.stop_file),
             "--log", str(log),
+            *(["--renew"] if self.settings.renew else []),
         ]  # fmt: skip
         with (self.directory / f"{self.fault.name}-{worker}.err").open("wb") as errors:
             self.workers[worker] = subprocess.Popen(
@@ -174,15 +155,18 @@ class Run:
     def _live(self) -> list[str]:
         return [name for name, process in self.workers.items() if process.poll() is None]
 
-    def wait_for(self, condition: str, timeout: float) -> str:
-        """The first live worker that has acquired (``acq``) or is in its section."""
+    def wait_for(self, condition: str, timeout: float, since: float = 0.0) -> str:
+        """The first live worker that has acquired (``acq``) or is in its section.
+
+        With ``since``, only a section whose lock was granted at or after that time counts.
+        """
         limit = time.monotonic() + timeout
         while time.monotonic() < limit:
             for worker in self._live():
                 tail = self.tails[worker]
                 tail.poll()
                 if (condition == "acq" and tail.acquisitions) or (
-                    condition == "enter" and tail.in_section
+                    condition == "enter" and tail.in_section and tail.granted_at >= since
                 ):
                     return worker
             time.sleep(POLL)
@@ -201,11 +185,14 @@ class Run:
             self.wait_for("acq", START_TIMEOUT)
             time.sleep(self.settings.warmup)
             for _ in range(self.settings.injections):
-                holder = self.wait_for("enter", HOLDER_TIMEOUT)
+                prepared = time.monotonic()
+                self.fault.prepare(self)
+                since = prepared if self.fault.fresh_holder else 0.0
+                holder = self.wait_for("enter", self.holder_timeout(), since)
                 self.fault.inject(self, holder)
                 time.sleep(self.fault.duration(self))
                 self.fault.heal(self)
-                fault_ends.append(time.monotonic())
+                fault_ends.append(self.fault.ended_at(time.monotonic()))
                 time.sleep(self.settings.settle)
         finally:
             self.fault.heal(self)
@@ -216,6 +203,8 @@ class Run:
         result["injections"] = len(fault_ends)
         result["seconds"] = round(time.monotonic() - started, 2)
         result["expect_unfenced_violations"] = self.fault.expect_unfenced_violations
+        result["topology"] = self.target.kind
+        result["settings"] = {"hold": self.settings.hold, "renew": self.settings.renew}
         return result
 
     def _stop_workers(self) -> None:
@@ -255,22 +244,33 @@ def _delete_namespace(client: redis.Redis, prefix: str) -> None:
 def run_scenarios(
     names: list[str], settings: Settings, url: str | None = None, logs: Path | None = None
 ) -> dict[str, Any]:
-    """Run each scenario in turn; the result is what ``--json`` prints.
+    """Run each scenario in turn, each on a fresh target; the result is what ``--json`` prints.
 
-    The workers' logs go to ``logs`` (kept) or to a temporary directory (removed).
+    The workers' logs go to ``logs`` (kept) or to a temporary directory (removed). A
+    scenario this machine cannot run (no network namespaces, say) is reported as
+    ``{"skipped": reason}``.
     """
     faults = [FAULTS[name]() for name in names]
+    results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="redlease-chaos-") as scratch:
         directory = Path(scratch) if logs is None else logs
         directory.mkdir(parents=True, exist_ok=True)
-        if url is None:
-            with private_target() as target:
-                results = {f.name: Run(f, target, settings, directory).execute() for f in faults}
-        else:
-            target = Target(url, url)
-            results = {f.name: Run(f, target, settings, directory).execute() for f in faults}
+        for fault in faults:
+            reason = unavailable(fault)
+            if reason is not None:
+                results[fault.name] = {"skipped": reason}
+                continue
+            slots = settings.workers + settings.injections
+            target = open_target(fault.topology, url=url, proxied=fault.proxied, slots=slots)
+            with target:
+                try:
+                    results[fault.name] = Run(fault, target, settings, directory).execute()
+                except ChaosError as error:
+                    results[fault.name] = {"error": str(error)}
     ok = all(
-        r["fenced_lost_updates"] == 0 and r["fence_regressions"] == 0 for r in results.values()
+        "error" not in r and r["fenced_lost_updates"] == 0 and r["fence_regressions"] == 0
+        for r in results.values()
+        if "skipped" not in r
     )
     return {
         "ok": ok,
@@ -278,3 +278,10 @@ def run_scenarios(
         "settings": asdict(settings),
         "scenarios": results,
     }
+
+
+def unavailable(fault: Fault) -> str | None:
+    """Why this machine cannot run ``fault`` (None when it can)."""
+    if fault.topology == "netns":
+        return namespaces_available()
+    return None

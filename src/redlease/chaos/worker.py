@@ -20,10 +20,13 @@ from pathlib import Path
 from typing import IO, Any
 
 import redis
+import redis.sentinel
+from redis.cluster import RedisCluster
 
 from redlease.errors import FenceRejected, LockError
 from redlease.fencing import RedisGuard
 from redlease.sync.lock import Locks
+from redlease.sync.redlock import Redlock
 
 RETRY_PAUSE = 0.005
 ERROR_PAUSE = 0.01
@@ -32,7 +35,13 @@ MAX_SECTIONS = 100_000
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="redlease.chaos.worker")
-    parser.add_argument("--lock-url", required=True)
+    parser.add_argument(
+        "--lock-url", action="append", default=[], help="one: a lock server; several: Redlock"
+    )
+    parser.add_argument("--cluster", action="store_true", help="the lock URL names a cluster node")
+    parser.add_argument("--sentinel", action="append", default=[], metavar="HOST:PORT")
+    parser.add_argument("--service", default="redlease", help="the Sentinel service name")
+    parser.add_argument("--renew", action="store_true", help="renew the lease while held")
     parser.add_argument("--data-url", required=True)
     parser.add_argument("--prefix", required=True)
     parser.add_argument("--name", required=True)
@@ -56,9 +65,34 @@ class _Log:
         self.stream.flush()
 
 
+# Long enough to outlast a server stall (DEBUG SLEEP) without an ambiguous timeout.
+SOCKET_TIMEOUT = 10.0
+CONNECT_TIMEOUT = 2.0
+
+
 def _client(url: str) -> redis.Redis:
-    # Long enough to outlast a server stall (DEBUG SLEEP) without an ambiguous timeout.
-    return redis.Redis.from_url(url, socket_timeout=10.0, socket_connect_timeout=2.0)
+    return redis.Redis.from_url(
+        url, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=CONNECT_TIMEOUT
+    )
+
+
+def _locks(args: argparse.Namespace) -> Locks | Redlock:
+    """The lock client the arguments describe: one server, a cluster, Sentinel or Redlock."""
+    options: dict[str, Any] = {
+        "socket_timeout": SOCKET_TIMEOUT,
+        "socket_connect_timeout": CONNECT_TIMEOUT,
+    }
+    if args.sentinel:
+        split = (address.rpartition(":") for address in args.sentinel)
+        addresses = [(host, int(port)) for host, _, port in split]
+        sentinels: Any = redis.sentinel.Sentinel  # redis-py leaves Sentinel untyped
+        master = sentinels(addresses, **options).master_for(args.service, **options)
+        return Locks(master, prefix=args.prefix)
+    if len(args.lock_url) > 1:
+        return Redlock([_client(url) for url in args.lock_url], prefix=args.prefix)
+    if args.cluster:
+        return Locks(RedisCluster.from_url(args.lock_url[0], **options), prefix=args.prefix)
+    return Locks(_client(args.lock_url[0]), prefix=args.prefix)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,11 +105,11 @@ def main(argv: list[str] | None = None) -> int:
     guard = RedisGuard(data)
     with (
         Path(args.log).open("a", encoding="utf-8") as stream,
-        Locks(_client(args.lock_url), prefix=args.prefix) as locks,
+        _locks(args) as locks,
     ):
         log = _Log(stream, args.worker)
         log.event("start", 0, pid=os.getpid())
-        lock = locks.lock(args.name, ttl=args.ttl, renew=False)
+        lock = locks.lock(args.name, ttl=args.ttl, renew=args.renew)
         for seq in range(1, MAX_SECTIONS + 1):
             if time.monotonic() > args.deadline or stop_file.exists() or os.getppid() != parent:
                 break

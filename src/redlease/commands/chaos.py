@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from redlease.chaos import FAULTS, ChaosError, Settings, run_scenarios
+from redlease.chaos.matrix import render
 from redlease.commands.common import SHARED_HINT, ExitCode, UsageError, reachable_server
 
 __all__ = ["register"]
@@ -31,7 +32,7 @@ CAPTION = (
 def register(commands: Any) -> None:
     chaos = commands.add_parser(
         "chaos",
-        help="inject faults (kill, SIGSTOP, expiry, stall, restart) and check the lock",
+        help="inject faults (processes, network, servers, failovers) and check the lock",
         description="Worker processes take one lock around a slow read-modify-write of a "
         "plain counter and a fenced one while faults hit the holder or the server; then "
         "check for overlapping critical sections, lost updates and fence order. "
@@ -49,11 +50,22 @@ def register(commands: Any) -> None:
     chaos.add_argument("--json", action="store_true", help="print one JSON object at the end")
     chaos.add_argument(
         "--url",
-        help="run against this server (only scenarios that need no server control; "
-        "default: two private servers)",
+        help="run against this server (only scenarios that need no control over the server "
+        "and no topology of their own; default: private servers and topologies)",
     )
     chaos.add_argument("--logs", type=Path, metavar="DIR", help="keep the workers' logs here")
+    chaos.add_argument(
+        "--markdown",
+        type=Path,
+        metavar="FILE",
+        help="also write the results as a Markdown page (the chaos matrix of the docs)",
+    )
     chaos.set_defaults(handler=run_chaos)
+
+
+def _runs_on_shared(name: str) -> bool:
+    fault = FAULTS[name]
+    return not fault.needs_server and fault.topology == "single"
 
 
 def _choose(requested: list[str], shared: bool) -> list[str]:
@@ -62,15 +74,13 @@ def _choose(requested: list[str], shared: bool) -> list[str]:
         raise UsageError(f"unknown scenario {unknown[0]!r}; choose from {', '.join(FAULTS)}")
     if not shared:
         return list(dict.fromkeys(requested)) or list(FAULTS)
-    needs = [name for name in requested if FAULTS[name].needs_server]
+    needs = [name for name in requested if not _runs_on_shared(name)]
     if needs:
         raise UsageError(
-            f"scenario {needs[0]!r} stops or stalls the server, so it runs only on private "
-            "servers: drop --url"
+            f"scenario {needs[0]!r} stops or stalls servers or starts a topology of its own, "
+            "so it runs only on private servers: drop --url"
         )
-    return list(dict.fromkeys(requested)) or [
-        name for name, fault in FAULTS.items() if not fault.needs_server
-    ]
+    return list(dict.fromkeys(requested)) or [name for name in FAULTS if _runs_on_shared(name)]
 
 
 def run_chaos(args: argparse.Namespace) -> int:
@@ -85,6 +95,9 @@ def run_chaos(args: argparse.Namespace) -> int:
     except ChaosError as error:
         print(f"redlease: {error}", file=sys.stderr)
         return ExitCode.SOFTWARE
+    if args.markdown is not None:
+        command = "redlease " + " ".join(sys.argv[1:]) if sys.argv[1:] else "redlease chaos"
+        args.markdown.write_text(render(report, command), encoding="utf-8")
     if args.json:
         print(json.dumps(report))
     else:
@@ -98,6 +111,10 @@ def run_chaos(args: argparse.Namespace) -> int:
 def _rows(report: dict[str, Any]) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = []
     for name, result in report["scenarios"].items():
+        if "skipped" in result or "error" in result:
+            kind = "skipped" if "skipped" in result else "error"
+            rows.append((name, kind, result[kind][:60], "", "", "", ""))
+            continue
         recover = result["recover_ms"]
         rows.append(
             (
