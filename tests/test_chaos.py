@@ -57,6 +57,7 @@ def _fenced_exact(name: str, result: dict[str, Any], injections: int = 2) -> Non
     assert result["recover_ms"] is not None, (name, result)
 
 
+@private_only
 @pytest.mark.timeout(150)
 def test_private_servers_fenced_counter_is_exact_and_unfenced_breaks() -> None:
     report = _chaos("sigstop", "pexpire", "kill")
