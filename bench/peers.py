@@ -215,7 +215,8 @@ def versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
 
     found = {}
-    for package in ("redlease", "redis", "hiredis", "python-redis-lock", "pottery"):
+    packages = ("redlease", "redis", "hiredis", "python-redis-lock", "pottery", "aioredlock")
+    for package in (*packages, "aioredis"):
         try:
             found[package] = version(package)
         except PackageNotFoundError:

@@ -1,9 +1,12 @@
-"""Turn per-rep raw figures into the result object, the table, and the JSON line.
+"""Turn the parts' raw figures into the result object, the table, and the JSON line.
 
-Naming: contended figures for 4 workers use the plain names (``handoff_p50_us``); for 8
-workers the number goes after the first word (``handoff8_p50_us``, ``acquires8_per_s``,
-``commands8_per_acquire``, ``client8_commands_per_acquire``, ``longest8_wait_ms``,
-``overlaps8``). The full per-rep detail is nested under ``contended`` -> ``"4"``/``"8"``.
+Naming: contended figures for 4 workers use the plain names (``handoff_p50_us``); for any
+other worker count the number goes after the first word (``handoff8_p50_us``,
+``acquires16_per_s``, ``commands2_per_acquire``, ``client8_commands_per_acquire``,
+``longest8_wait_ms``, ``overlaps8``). The full per-rep detail is nested under
+``contended`` -> ``"2"``/``"4"``/``"8"``/``"16"``. Renewal works the same way around
+10,000 held leases: ``renew_cpu_pct`` for 10,000, ``renew100_cpu_pct`` for 100, with the
+detail under ``renewal_by_leases`` -> ``"100"``/``"1000"``/``"10000"``.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from peers import LIBRARIES
 from stats import median, ratio, rounded, spread
 
 BASE_WORKERS = 4
+BASE_LEASES = 10_000
 SUMMED = ("overlaps", "counter_mismatch")
 MEDIAN_OF_REPS = (
     "handoff_p50_us",
@@ -92,53 +96,126 @@ def summarise_contended(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return summary
 
 
-def assemble(
-    meta: dict[str, Any],
-    rtts: list[float],
-    uncontended: dict[str, dict[str, Any]],
-    contended: dict[str, dict[int, list[dict[str, Any]]]],
-    renewal: dict[str, dict[str, Any]],
-    asynchronous: dict[str, Any] | None,
-    extras: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """``extras``: figures of the redlease-only parts, merged flat into the redlease row."""
+def numbered(key: str, number: int, base: int) -> str:
+    """``key`` for the base count, else the count after the first word (module doc)."""
+    if number == base:
+        return key
+    first, _, rest = key.partition("_")
+    return f"{first}{number}_{rest}" if rest else f"{first}{number}"
+
+
+def assemble(parts: dict[str, dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
+    """The result object from the raw figures of each part (``{part: {"data": ...}}``).
+
+    Parts missing from ``parts`` leave their keys out; the redlease-only parts' figures go
+    flat into the redlease row; the claims parts go under ``claims``.
+    """
+    data = {name: part["data"] for name, part in parts.items() if "data" in part}
+    rtts = [v for name in ("rtt", "cycle", "handoff") for v in data.get(name, {}).get("rtts", [])]
     result: dict[str, Any] = {"rtt_us": median(rtts), "rtt_us_spread": spread(rtts)}
+    uncontended = (data.get("cycle") or data.get("rtt") or {}).get("uncontended", {})
     for library in LIBRARIES:
         entry: dict[str, Any] = {"rtt_us": result["rtt_us"]}
         entry |= uncontended.get(library, {})
         if library == "redlease" and "redlease-ttl10" in uncontended:
             fixed = uncontended["redlease-ttl10"]
             entry |= {f"ttl10_{key}": fixed.get(key) for key in TTL10_KEYS}
-        nested = {}
-        for workers, runs in sorted(contended.get(library, {}).items()):
-            summary = summarise_contended(runs)
-            nested[str(workers)] = summary
-            for key in FLAT:
-                entry[for_workers(key, workers)] = summary.get(key)
-        if nested:
-            entry["contended"] = nested
-        if renewal:
-            figures = renewal.get(library)
-            for key in RENEWAL_KEYS:
-                entry[key] = None if figures is None else figures.get(key)
-            if figures:
-                entry["renewal"] = figures
-            big_pool = renewal.get(f"{library}:big-pool")
-            if big_pool:
-                entry["renewal_big_pool"] = big_pool
-        if asynchronous is not None:
-            for key in ASYNC_KEYS:
-                entry[key] = asynchronous.get(key) if library == "redlease" else None
-            if library == "redlease":
-                entry["async"] = asynchronous
-        if library == "redlease" and extras:
-            entry |= extras
+        if "handoff" in data:
+            entry |= _contended_entry(data["handoff"]["runs"].get(library, {}))
+        if "renewal" in data:
+            entry |= _renewal_entry(data["renewal"]["leases"], library)
+        if "async" in data:
+            entry |= _async_entry(data["async"]["libraries"].get(library))
+        if library == "redlease":
+            for name in FAMILY_PARTS:
+                entry |= data.get(name, {}).get("extras", {})
         result[library] = entry
+    if "async" in data and "aioredlock" in data["async"]["libraries"]:
+        result["aioredlock"] = _async_entry(data["async"]["libraries"]["aioredlock"])
+    result["claims"] = claims(data)
+    result["skipped"] = skipped(parts, data)
     result["meta"] = meta
     return rounded(result)  # type: ignore[return-value]
 
 
-ROWS = (
+FAMILY_PARTS = ("fair", "rw", "semaphore", "redlock", "cluster")
+
+
+def _contended_entry(by_workers: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    entry: dict[str, Any] = {}
+    nested = {}
+    for workers, runs in sorted(by_workers.items(), key=lambda item: int(item[0])):
+        summary = summarise_contended(runs)
+        nested[workers] = summary
+        for key in FLAT:
+            entry[numbered(key, int(workers), BASE_WORKERS)] = summary.get(key)
+    if nested:
+        entry["contended"] = nested
+    return entry
+
+
+def _renewal_entry(leases: dict[str, dict[str, Any]], library: str) -> dict[str, Any]:
+    """Flat ``renew_*`` keys per held-lease count; nested detail per count."""
+    entry: dict[str, Any] = {}
+    figures = leases.get(library, {})
+    counts = sorted({int(count) for runs in leases.values() for count in runs})
+    for count in counts:
+        found = figures.get(str(count))
+        for key in RENEWAL_KEYS:
+            entry[numbered(key, count, BASE_LEASES)] = None if found is None else found.get(key)
+    if figures:
+        entry["renewal_by_leases"] = figures
+        if str(BASE_LEASES) in figures:
+            entry["renewal"] = figures[str(BASE_LEASES)]
+    big_pool = leases.get(f"{library}:big-pool")
+    if big_pool:
+        entry["renewal_big_pool_by_leases"] = big_pool
+        if str(BASE_LEASES) in big_pool:
+            entry["renewal_big_pool"] = big_pool[str(BASE_LEASES)]
+    return entry
+
+
+def _async_entry(figures: dict[str, Any] | None) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        key: None if figures is None else figures.get(key) for key in ASYNC_KEYS
+    }
+    if figures:
+        entry["async"] = figures
+    return entry
+
+
+FLASH_KEYS = ("sold", "oversold", "buys_per_s", "latency_p50_us", "latency_p99_us")
+
+
+def claims(data: dict[str, Any]) -> dict[str, Any]:
+    """The ``claims`` object: every figure the claims modules gave, as they gave it."""
+    out: dict[str, Any] = {}
+    flash = data.get("flash")
+    if flash:
+        out["flash_sale"] = flash.get("flash_sale", {})
+        out["segments"] = flash.get("segments", {})
+    coordination = data.get("coordination")
+    if coordination:
+        out["coordination"] = coordination.get("coordination", {})
+    return out
+
+
+def skipped(parts: dict[str, dict[str, Any]], data: dict[str, Any]) -> dict[str, str]:
+    """Parts that did not run, and what the parts that ran skipped, with the reason."""
+    out: dict[str, str] = {
+        name: part["skipped"] for name, part in parts.items() if part.get("skipped")
+    }
+    for name in ("async", "flash", "coordination"):
+        for what, reason in (data.get(name, {}).get("skipped") or {}).items():
+            out[str(what)] = str(reason)
+    for library, runs in data.get("renewal", {}).get("leases", {}).items():
+        for count, figures in runs.items():
+            if figures.get("skipped"):
+                out[f"renewal {library} {count}"] = figures["skipped"]
+    return out
+
+
+CYCLE_ROWS = (
     ("rtt_us", "EVALSHA round trip (µs)"),
     ("cycle_us", "uncontended cycle (µs)"),
     ("cycle_rtt", "  x RTT (target ≤ 2.2)"),
@@ -147,7 +224,9 @@ ROWS = (
     ("cycle_client_commands", "  client commands / cycle"),
     ("cycle_server_commands", "  server commands / cycle"),
     ("leftover_keys", "  keys left after all cycles"),
-    ("handoff_p50_us", "4 workers: handoff p50 (µs)"),
+)
+CONTENDED_ROWS = (
+    ("handoff_p50_us", "handoff p50 (µs)"),
     ("handoff_p99_us", "  handoff p99 (µs)"),
     ("handoff_p50_rtt", "  handoff p50 x RTT"),
     ("handoff_p99_rtt", "  handoff p99 x RTT"),
@@ -159,23 +238,17 @@ ROWS = (
     ("commands_per_acquire", "  server commands / acquisition"),
     ("longest_wait_ms", "  longest wait (ms)"),
     ("overlaps", "  overlaps / counter mismatch"),
-    ("handoff8_p50_us", "8 workers: handoff p50 (µs)"),
-    ("handoff8_p99_us", "  handoff p99 (µs)"),
-    ("handoff8_p50_rtt", "  handoff p50 x RTT"),
-    ("handoff8_p99_rtt", "  handoff p99 x RTT"),
-    ("loaded8_rtt_us", "  RTT under this load (µs)"),
-    ("handoff8_p50_loaded_rtt", "  handoff p50 x loaded RTT"),
-    ("handoff8_share", "  share handed to another process"),
-    ("acquires8_per_s", "  acquisitions / s"),
-    ("client8_commands_per_acquire", "  client commands / acquisition"),
-    ("commands8_per_acquire", "  server commands / acquisition"),
-    ("longest8_wait_ms", "  longest wait (ms)"),
-    ("overlaps8", "  overlaps / counter mismatch"),
-    ("renew_threads", "renewal: threads"),
+)
+RENEWAL_ROWS = (
+    ("renew_threads", "renewal threads"),
     ("renew_cpu_pct", "  CPU % of one core"),
     ("renew_lost", "  leases lost"),
+)
+ASYNC_ROWS = (
     ("async_cycle_us", "asyncio cycle (µs)"),
     ("async_ratio", "  asyncio / sync (target ≤ 1.3)"),
+)
+FAMILY_ROWS = (
     ("fair_handoff_p50_us", "fair lock, 8 workers: handoff p50 (µs)"),
     ("fair_handoff_p99_us", "  handoff p99 (µs)"),
     ("fair_handoff_p50_rtt", "  handoff p50 x RTT (target ≤ 1.5)"),
@@ -229,25 +302,81 @@ def _cell(entry: dict[str, Any], key: str) -> str:
     return str(value)
 
 
+def counts_in(result: dict[str, Any], nested: str) -> list[int]:
+    """Worker counts (``contended``) or held-lease counts (``renewal_by_leases``) present."""
+    found = {
+        int(count) for library in LIBRARIES for count in result.get(library, {}).get(nested, {})
+    }
+    return sorted(found)
+
+
+def rows(result: dict[str, Any]) -> list[tuple[str, str]]:
+    """The table's rows for what this result holds: one block per worker and lease count."""
+    out = list(CYCLE_ROWS)
+    for workers in counts_in(result, "contended"):
+        for index, (key, label) in enumerate(CONTENDED_ROWS):
+            text = f"{workers} workers: {label}" if index == 0 else label
+            out.append((numbered(key, workers, BASE_WORKERS), text))
+    for count in counts_in(result, "renewal_by_leases"):
+        for index, (key, label) in enumerate(RENEWAL_ROWS):
+            text = f"{label}, {count:,} leases" if index == 0 else label
+            out.append((numbered(key, count, BASE_LEASES), text))
+    return out + list(ASYNC_ROWS) + list(FAMILY_ROWS)
+
+
+def columns(result: dict[str, Any]) -> list[str]:
+    return [*LIBRARIES, "aioredlock"] if "aioredlock" in result else list(LIBRARIES)
+
+
 def table(result: dict[str, Any]) -> Table:
     out = Table(title="redlease vs peers (medians over reps; same server, same run)")
     out.add_column("metric")
-    for library in LIBRARIES:
+    names = columns(result)
+    for library in names:
         out.add_column(library, justify="right")
-    for key, label in ROWS:
-        cells = [_cell(result[library], key) for library in LIBRARIES]
+    for key, label in rows(result):
+        cells = [_cell(result.get(library, {}), key) for library in names]
         if any(cells):
             out.add_row(label, *cells)
     return out
 
 
+def claims_tables(result: dict[str, Any]) -> list[Table]:
+    """The flash sale, segments and coordination figures, one small table each."""
+    claimed = result.get("claims", {})
+    specs = (
+        ("flash_sale", "flash sale, per approach", FLASH_COLUMNS),
+        ("segments", "flash sale with redlease, per segment count", SEGMENT_COLUMNS),
+        ("coordination", "coordination systems: one lock cycle and handoff", COORD_COLUMNS),
+    )
+    tables = []
+    for name, title, keys in specs:
+        if not claimed.get(name):
+            continue
+        out = Table(title=title)
+        out.add_column(name.split("_")[0])
+        for key in keys:
+            out.add_column(key, justify="right")
+        for row, figures in claimed[name].items():
+            out.add_row(str(row), *[_cell(figures, key) for key in keys])
+        tables.append(out)
+    return tables
+
+
+FLASH_COLUMNS = (*FLASH_KEYS, "retries", "errors")
+SEGMENT_COLUMNS = ("buys_per_s", "sold", "oversold")
+COORD_COLUMNS = ("cycle_us", "handoff_p50_us", "handoff_p99_us", "acquisitions_per_s")
+
+
 def show(result: dict[str, Any], as_json: bool) -> None:
     console = Console(width=None if sys.stdout.isatty() else 110)
     console.print(table(result))
+    for extra in claims_tables(result):
+        console.print(extra)
     errors = {
-        library: workers["errors"]
+        f"{library} {count} workers": workers["errors"]
         for library in LIBRARIES
-        for workers in result[library].get("contended", {}).values()
+        for count, workers in result[library].get("contended", {}).items()
         if workers["errors"]
     }
     for key in ("fair_errors", "rw_errors"):
@@ -255,5 +384,7 @@ def show(result: dict[str, Any], as_json: bool) -> None:
             errors[key] = result["redlease"][key]
     if errors:
         console.print(f"[red]errors:[/red] {errors}")
+    if result.get("skipped"):
+        console.print(f"[yellow]skipped:[/yellow] {result['skipped']}")
     if as_json:
         print(json.dumps(result, separators=(",", ":")), flush=True)

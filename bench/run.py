@@ -1,12 +1,16 @@
-"""redlease against redis-py Lock, python-redis-lock and pottery Redlock, in one run.
+"""redlease against redis-py Lock, python-redis-lock and pottery, in one run.
 
-    python bench/run.py [--quick] [--json] [--save FILE] [PART ...]
+    python bench/run.py [--quick] [--json] [--save FILE] [--no-docs] [PART ...]
+    python bench/run.py --docs-only
 
-Parts: rtt, cycle, handoff, renewal, async, and the redlease-only fair, rw, semaphore,
-redlock, cluster (default: all). A private Valkey/Redis is started unless REDIS_URL is
-set (redlock and cluster always start private servers of their own); only loopback
+Parts: rtt, cycle, handoff, renewal, async (redlease against the peers), the redlease-only
+fair, rw, semaphore, redlock, cluster, and the claims parts flash and coordination
+(default: all). A private Valkey/Redis is started unless REDIS_URL is set (redlock,
+cluster and coordination always start private servers of their own); only loopback
 traffic. Progress goes to stderr, the table to stdout and, with --json, one JSON object
-on the last stdout line.
+on the last stdout line. Unless --no-docs, the run's parts are merged into
+bench/results/latest.json and docs/benchmarks.md and its plots are generated from that
+file (--docs-only regenerates them without measuring).
 See docs/benchmarks.md for what each figure means.
 """
 
@@ -18,12 +22,13 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+import traceback
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+from parts import Context, PartSkipped, Plan, run_part, steps
 
 PARTS = (
     "rtt",
@@ -36,38 +41,22 @@ PARTS = (
     "semaphore",
     "redlock",
     "cluster",
+    "flash",
+    "coordination",
 )
-
-
-@dataclass(frozen=True)
-class Plan:
-    reps: int  # rtt and cycle reps (libraries rotated per rep)
-    rtt_ops: int
-    cycles: int
-    budget_s: float  # time cap of any one timed block
-    handoff_reps: int
-    handoff_s: float
-    worker_counts: tuple[int, ...]
-    renew_locks: int
-    renew_ttl_s: int
-    renew_hold_s: float
-    async_reps: int
-    async_cycles: int
-    family_workers: int  # fair and rw: worker processes per run
-    family_reps: int  # fair and rw: reps of each of the two sessions compared
-    family_s: float
-    # semaphore, redlock and cluster reuse reps, rtt_ops, cycles and budget_s
-
+CLAIMS_PARTS = ("flash", "coordination")
+DOCS_DIR = Path(__file__).resolve().parent.parent / "docs"
 
 FULL = Plan(
+    quick=False,
     reps=7,
     rtt_ops=2000,
     cycles=2000,
     budget_s=8.0,
     handoff_reps=3,
     handoff_s=6.0,
-    worker_counts=(4, 8),
-    renew_locks=10_000,
+    worker_counts=(2, 4, 8, 16),
+    renew_counts=(100, 1_000, 10_000),
     renew_ttl_s=3,
     renew_hold_s=10.0,
     async_reps=7,
@@ -77,32 +66,46 @@ FULL = Plan(
     family_s=6.0,
 )
 QUICK = Plan(
+    quick=True,
     reps=3,
     rtt_ops=500,
     cycles=400,
     budget_s=3.0,
-    handoff_reps=2,
+    handoff_reps=1,
     handoff_s=2.5,
-    worker_counts=(4, 8),
-    renew_locks=2_000,
+    worker_counts=(2, 8),
+    renew_counts=(100, 1_000),
     renew_ttl_s=3,
-    renew_hold_s=5.0,
+    renew_hold_s=4.0,
     async_reps=3,
-    async_cycles=400,
+    async_cycles=300,
     family_workers=8,
-    family_reps=2,
-    family_s=2.5,
+    family_reps=1,
+    family_s=2.0,
 )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("parts", nargs="*", choices=[*PARTS, []], metavar="PART")
-    parser.add_argument("--quick", action="store_true", help="a smaller run (about 3 min)")
+    parser.add_argument("--quick", action="store_true", help="a smaller run (about 6 min)")
     parser.add_argument("--json", action="store_true", help="print the JSON object last")
     parser.add_argument("--save", type=Path, help="also write the JSON object to this file")
+    parser.add_argument("--no-docs", action="store_true", help="write no results, doc or plots")
+    parser.add_argument(
+        "--docs-only", action="store_true", help="regenerate the doc and plots from the results"
+    )
+    parser.add_argument("--results", type=Path, help="kept results (bench/results/latest.json)")
+    parser.add_argument("--docs-dir", type=Path, default=DOCS_DIR, help="where the doc goes")
     args = parser.parse_args(argv)
+    from store import DEFAULT_PATH  # noqa: PLC0415
+
+    args.results = args.results or DEFAULT_PATH
+    if args.docs_only:
+        return _write_docs(args, None)
     parts = tuple(args.parts) or PARTS
+    if "cycle" in parts and "rtt" in parts:
+        parts = tuple(part for part in parts if part != "rtt")  # cycle takes the references
     plan = QUICK if args.quick else FULL
 
     from redlease.server import EmbeddedServer, resolve_url  # noqa: PLC0415
@@ -116,188 +119,110 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(url: str, where: str, parts: tuple[str, ...], plan: Plan, args: Any) -> int:
     import redis  # noqa: PLC0415
+
+    from report import assemble, show  # noqa: PLC0415
+    from stats import rounded  # noqa: PLC0415
+
+    admin = redis.Redis.from_url(url)
+    meta = _meta(admin, where, parts, plan)
+    _clean(admin)
+    records, failed = _measure(url, admin, parts, plan, meta)
+    admin.close()
+    records = rounded(records)  # type: ignore[assignment]
+    result = assemble(records, meta)
+    if args.save:
+        args.save.write_text(json.dumps(result, indent=1) + "\n")
+    status = 0 if not failed else 1
+    if not args.no_docs:
+        from store import load, merge, save  # noqa: PLC0415
+
+        kept = merge(load(args.results), meta["date"], meta, records)
+        save(args.results, kept)
+        status = max(status, _write_docs(args, [p for p, r in records.items() if "data" in r]))
+    show(result, args.json)
+    return status
+
+
+def _measure(
+    url: str, admin: Any, parts: tuple[str, ...], plan: Plan, meta: dict[str, Any]
+) -> tuple[dict[str, Any], list[str]]:
+    """Run each part under the progress bar; a part that fails is recorded, not raised."""
     from rich.console import Console  # noqa: PLC0415
     from rich.progress import Progress  # noqa: PLC0415
 
-    from contended import run_contended  # noqa: PLC0415
-    from family import (  # noqa: PLC0415
-        FAIR,
-        PLAIN,
-        READ,
-        WRITE,
-        contended_pair,
-        fair_figures,
-        rw_figures,
-        semaphore_reps,
-    )
-    from peers import LIBRARIES, open_session, versions  # noqa: PLC0415
-    from renewal import RENEWING_LIBRARIES, run_renewal  # noqa: PLC0415
-    from report import assemble, show  # noqa: PLC0415
     from stats import StealProbe  # noqa: PLC0415
-    from topologies import cluster_reps, redlock_reps  # noqa: PLC0415
-    from uncontended import async_reps, cycle_reps  # noqa: PLC0415
 
-    admin = redis.Redis.from_url(url)
+    counts = steps(plan, parts)
+    records: dict[str, Any] = {}
+    failed: list[str] = []
+    console = Console(stderr=True)
+    with Progress(console=console, transient=False) as progress:
+        bar = progress.add_task("starting", total=sum(counts.values()))
+        done = 0
+        ctx = Context(
+            url,
+            admin,
+            plan,
+            lambda text: progress.update(bar, description=text),
+            lambda: progress.advance(bar),
+        )
+        for part in parts:
+            ctx.label(part)
+            steal, started = StealProbe(), time.monotonic()
+            try:
+                record: dict[str, Any] = {"data": run_part(ctx, part)}
+            except PartSkipped as exc:
+                record = {"skipped": str(exc)}
+            except Exception as exc:  # one broken part must not lose the others' figures
+                record = {"skipped": f"failed: {type(exc).__name__}: {exc}"}
+                if part not in CLAIMS_PARTS:
+                    failed.append(part)
+                console.print(f"[red]{part} failed[/red]\n{traceback.format_exc()}")
+            record["seconds"] = round(time.monotonic() - started, 1)
+            record["steal_pct"] = steal.percent()
+            records[part] = record
+            meta["part_seconds"][part] = record["seconds"]
+            meta["part_steal_pct"][part] = record["steal_pct"]
+            done += counts[part]
+            progress.update(bar, completed=done)
+            _clean(admin)
+    return records, failed
+
+
+def _meta(admin: Any, where: str, parts: tuple[str, ...], plan: Plan) -> dict[str, Any]:
+    from peers import versions  # noqa: PLC0415
+
     server = admin.info("server")
-    meta: dict[str, Any] = {
+    return {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "quick": plan.quick,
         "parts": list(parts),
         "plan": asdict(plan),
         "server": {
             "where": where,
             "version": server.get("valkey_version") or server.get("redis_version"),
             "redis_version": server.get("redis_version"),
+            "maxclients": admin.config_get("maxclients").get("maxclients"),
         },
         "machine": _machine(),
         "versions": versions(),
         "part_seconds": {},
         "part_steal_pct": {},
     }
-    _clean(admin)
-    rtts: list[float] = []
-    uncontended: dict[str, dict[str, Any]] = {}
-    contended: dict[str, dict[int, list[dict[str, Any]]]] = {}
-    renewal: dict[str, dict[str, Any]] = {}
-    asynchronous = None
-    extras: dict[str, Any] = {}
-    wants_cycles = "cycle" in parts
-    cycle_sessions = [*LIBRARIES, "redlease-ttl10"] if wants_cycles else list(LIBRARIES)
-    wants_reference = wants_cycles or "rtt" in parts
-    steps = {
-        "cycle": plan.reps * len(cycle_sessions) if wants_reference else 0,
-        "handoff": plan.handoff_reps * len(plan.worker_counts) * len(LIBRARIES),
-        "renewal": len(RENEWING_LIBRARIES),
-        "async": plan.async_reps,
-        "fair": 2 * plan.family_reps,
-        "rw": 2 * plan.family_reps,
-        "semaphore": plan.reps,
-        "redlock": plan.reps,
-        "cluster": plan.reps,
-    }
-    total = steps["cycle"] + sum(steps[p] for p in parts if p not in ("rtt", "cycle"))
 
-    with Progress(console=Console(stderr=True), transient=False) as progress:
-        bar = progress.add_task("starting", total=total)
 
-        def tick() -> None:
-            progress.advance(bar)
+def _write_docs(args: Any, plotted_parts: list[str] | None) -> int:
+    """Generate the doc and plots from the kept results (``None``: every part's plots)."""
+    from docgen import write_docs  # noqa: PLC0415
+    from store import load  # noqa: PLC0415
 
-        def label(text: str) -> None:
-            progress.update(bar, description=text)
-
-        @contextmanager
-        def part(name: str, label: str) -> Iterator[None]:
-            progress.update(bar, description=label)
-            steal, started = StealProbe(), time.monotonic()
-            yield
-            meta["part_seconds"][name] = round(time.monotonic() - started, 1)
-            meta["part_steal_pct"][name] = steal.percent()
-            _clean(admin)
-
-        if steps["cycle"]:
-            with part("cycle", "round trips and uncontended cycles"):
-                sessions = {name: open_session(name, url) for name in cycle_sessions}
-                try:
-                    rtts, uncontended = cycle_reps(
-                        sessions,
-                        admin,
-                        plan.reps,
-                        plan.rtt_ops,
-                        plan.cycles,
-                        plan.budget_s,
-                        wants_cycles,
-                        tick,
-                    )
-                finally:
-                    for session in sessions.values():
-                        session.close()
-
-        if "handoff" in parts:
-            with part("handoff", "contended handoff"):
-                for rep in range(plan.handoff_reps):
-                    order = LIBRARIES[rep % 4 :] + LIBRARIES[: rep % 4]
-                    for workers in plan.worker_counts:
-                        for library in order:
-                            progress.update(
-                                bar, description=f"handoff: {library}, {workers} workers"
-                            )
-                            run = run_contended(
-                                url, library, workers, plan.handoff_s, f"{workers}w{rep}"
-                            )
-                            contended.setdefault(library, {}).setdefault(workers, []).append(run)
-                            rtts.append(run.get("idle_rtt_us") or 0.0)
-                            tick()
-                rtts = [value for value in rtts if value]
-
-        if "renewal" in parts:
-            with part("renewal", "renewal"):
-                for library in RENEWING_LIBRARIES:
-                    progress.update(bar, description=f"renewal: {library}")
-                    renewal[library] = run_renewal(
-                        url, library, plan.renew_locks, plan.renew_ttl_s, plan.renew_hold_s
-                    )
-                    tick()
-
-        if "async" in parts:
-            with part("async", "asyncio vs sync cycles"):
-                session = open_session("redlease", url)
-                try:
-                    asynchronous = async_reps(
-                        url, session, plan.async_reps, plan.async_cycles, plan.budget_s, tick
-                    )
-                finally:
-                    session.close()
-
-        if "fair" in parts:
-            with part("fair", "fair lock handoff"):
-                runs = contended_pair(
-                    url,
-                    (FAIR, PLAIN),
-                    plan.family_workers,
-                    plan.family_reps,
-                    plan.family_s,
-                    lambda text: label(f"fair: {text}"),
-                    tick,
-                )
-                extras |= fair_figures(runs, plan.family_workers)
-
-        if "rw" in parts:
-            with part("rw", "read-write lock throughput"):
-                runs = contended_pair(
-                    url,
-                    (READ, WRITE),
-                    plan.family_workers,
-                    plan.family_reps,
-                    plan.family_s,
-                    lambda text: label(f"rw: {text}"),
-                    tick,
-                )
-                extras |= rw_figures(runs, plan.family_workers)
-
-        if "semaphore" in parts:
-            with part("semaphore", "semaphore cycles"):
-                extras |= semaphore_reps(
-                    url, admin, plan.reps, plan.rtt_ops, plan.cycles, plan.budget_s, tick
-                )
-
-        if "redlock" in parts:
-            with part("redlock", "redlock over 5 private servers"):
-                extras |= redlock_reps(
-                    plan.reps, plan.rtt_ops, plan.cycles, plan.budget_s, label, tick
-                )
-
-        if "cluster" in parts:
-            with part("cluster", "cluster cycles"):
-                extras |= cluster_reps(
-                    plan.reps, plan.rtt_ops, plan.cycles, plan.budget_s, label, tick
-                )
-
-    admin.close()
-    result = assemble(meta, rtts, uncontended, contended, renewal, asynchronous, extras)
-    if args.save:
-        args.save.write_text(json.dumps(result, indent=1) + "\n")
-    show(result, args.json)
+    kept = load(args.results)
+    if not kept["parts"]:
+        print(f"no kept results in {args.results}; run the benchmark first", file=sys.stderr)
+        return 1
+    written = write_docs(kept, args.docs_dir, plotted_parts)
+    print(f"wrote {', '.join(str(path) for path in written)}", file=sys.stderr)
     return 0
 
 

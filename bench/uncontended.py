@@ -1,4 +1,4 @@
-"""One process, no contention: the round-trip reference, lock cycles, and the asyncio twin.
+"""One process, no contention: the round-trip reference, lock cycles, and the asyncio twins.
 
 Every timed loop stops at its count or its time budget, whichever comes first. Each
 library's cycles are timed right after a fresh EVALSHA reference on the same client, so
@@ -16,7 +16,7 @@ import redis
 import redis.asyncio
 
 from counting import client_commands, delta, server_commands
-from peers import Session
+from peers import LEASE_S, Session
 from stats import median, ratio, spread
 
 RTT_SCRIPT = "return 1"
@@ -87,28 +87,80 @@ def _count_keys(admin: redis.Redis, pattern: str, limit: int = 1_000_000) -> int
     return found
 
 
-async def _async_block(url: str, key: str, count: int, budget_s: float) -> tuple[Timed, Timed]:
-    """Async EVALSHA reference and ``async with alocks.lock(key)`` cycles on one loop."""
-    import redlease  # noqa: PLC0415
+ASYNC_LIBRARIES = ("redlease", "redis-py", "pottery", "aioredlock")
+"""Async flavours measured; all but aioredlock (async only) beside their sync twin."""
 
+
+def _async_cycle(
+    library: str, client: redis.asyncio.Redis, url: str, key: str
+) -> tuple[Callable[[], Awaitable[object]], Callable[[], Awaitable[object]]]:
+    """``(one_cycle, close)`` for one library's idiomatic ``async with`` block.
+
+    * redlease: ``async with AsyncLocks(client).lock(key)`` (30 s lease, renewed);
+    * redis-py: ``async with client.lock(key, timeout=10)`` (``redis.asyncio``);
+    * pottery: ``async with AIORedlock(key=key, masters={client}, auto_release_time=10)``;
+    * aioredlock: ``async with await Aioredlock([url]).lock(key, lock_timeout=10)`` (it
+      opens its own aioredis 1.x pool from the URL).
+    """
+    if library == "redlease":
+        import redlease  # noqa: PLC0415
+
+        alocks = redlease.AsyncLocks(client)
+
+        async def redlease_cycle() -> None:
+            async with alocks.lock(key):
+                pass
+
+        return redlease_cycle, alocks.aclose
+    if library == "redis-py":
+
+        async def redis_py_cycle() -> None:
+            async with client.lock(key, timeout=LEASE_S):
+                pass
+
+        return redis_py_cycle, _nothing
+    if library == "pottery":
+        from pottery import AIORedlock  # noqa: PLC0415
+
+        async def pottery_cycle() -> None:
+            async with AIORedlock(key=key, masters={client}, auto_release_time=LEASE_S):
+                pass
+
+        return pottery_cycle, _nothing
+    from aioredlock import Aioredlock  # noqa: PLC0415
+
+    manager = Aioredlock([url])
+
+    async def aioredlock_cycle() -> None:
+        async with await manager.lock(key, lock_timeout=LEASE_S):
+            pass
+
+    return aioredlock_cycle, manager.destroy
+
+
+async def _nothing() -> None:
+    return None
+
+
+async def _async_block(
+    url: str, library: str, key: str, count: int, budget_s: float
+) -> tuple[Timed, Timed]:
+    """Async EVALSHA reference, then one library's ``async with`` cycles, on one loop."""
     client = redis.asyncio.Redis.from_url(url)
-    alocks = redlease.AsyncLocks(client)
+    close = _nothing
     try:
         sha = await client.script_load(RTT_SCRIPT)
 
         async def one_rtt() -> None:
             await client.evalsha(sha, 1, RTT_KEY)
 
-        async def one_cycle() -> None:
-            async with alocks.lock(key):
-                pass
-
+        one_cycle, close = _async_cycle(library, client, url, key)
         return (
             await _async_time_loop(one_rtt, count, budget_s),
             await _async_time_loop(one_cycle, count, budget_s),
         )
     finally:
-        await alocks.aclose()
+        await close()
         await client.aclose()
 
 
@@ -128,33 +180,87 @@ async def _async_time_loop(
     return _timed(start, cpu, done)
 
 
+def async_available() -> dict[str, str]:
+    """Async libraries that cannot run here, with the exact import error."""
+    skipped = {}
+    for library, module in (("pottery", "pottery"), ("aioredlock", "aioredlock")):
+        try:
+            __import__(module)
+        except Exception as exc:  # ImportError, or an old package failing on this Python
+            skipped[library] = f"import {module} failed: {type(exc).__name__}: {exc}"
+    return skipped
+
+
 def async_reps(
-    url: str, session: Session, reps: int, count: int, budget_s: float, tick: Callable[[], None]
+    url: str, reps: int, count: int, budget_s: float, tick: Callable[[], None]
 ) -> dict[str, object]:
-    """Sync and asyncio redlease cycles side by side, order alternating per rep."""
-    sync_us, async_us, ratios, async_rtt = [], [], [], []
-    key = "rlbench:async"
-    for rep in range(reps):
-        order = ("sync", "async") if rep % 2 == 0 else ("async", "sync")
-        measured: dict[str, float] = {}
-        for flavour in order:
-            if flavour == "sync":
-                measured["sync"] = cycle(session, key, count, budget_s).us
-            else:
-                rtt, timed = asyncio.run(_async_block(url, key, count, budget_s))
-                measured["async"] = timed.us
-                async_rtt.append(rtt.us)
-        sync_us.append(measured["sync"])
-        async_us.append(measured["async"])
-        ratios.append(measured["async"] / measured["sync"])
-        tick()
+    """Sync and asyncio cycles of each library side by side, order rotating per rep.
+
+    Per rep and library, the sync cycle (the ``cycle`` part's session) and the asyncio
+    cycle run back to back, which comes first alternating per rep; ``async_ratio`` is the
+    per-rep asyncio / sync ratio. A library that fails is skipped with its error.
+    """
+    from peers import open_session  # noqa: PLC0415
+
+    skipped = async_available()
+    names = [name for name in ASYNC_LIBRARIES if name not in skipped]
+    sessions = {name: open_session(name, url) for name in names if name != "aioredlock"}
+    samples: dict[str, dict[str, list[float]]] = {
+        name: {"sync": [], "async": [], "ratio": [], "rtt": [], "cpu": []} for name in names
+    }
+    try:
+        for rep in range(reps):
+            shift = rep % len(names)
+            for name in names[shift:] + names[:shift]:
+                if name in skipped:
+                    continue
+                try:
+                    _async_rep(url, name, sessions.get(name), rep, count, budget_s, samples[name])
+                except Exception as exc:  # a peer broken on this stack: skip it, keep the rest
+                    skipped[name] = f"{type(exc).__name__}: {exc}"
+            tick()
+    finally:
+        for session in sessions.values():
+            session.close()
+    figures: dict[str, object] = {
+        name: _async_summary(values) for name, values in samples.items() if name not in skipped
+    }
+    return {"libraries": figures, "skipped": skipped}
+
+
+def _async_rep(
+    url: str,
+    name: str,
+    session: Session | None,
+    rep: int,
+    count: int,
+    budget_s: float,
+    out: dict[str, list[float]],
+) -> None:
+    key = f"rlbench:async:{name}"
+    order = ("sync", "async") if rep % 2 == 0 else ("async", "sync")
+    for flavour in order:
+        if flavour == "sync" and session is not None:
+            out["sync"].append(cycle(session, key + ":sync", count, budget_s).us)
+        elif flavour == "async":
+            rtt, timed = asyncio.run(_async_block(url, name, key, count, budget_s))
+            out["async"].append(timed.us)
+            out["cpu"].append(timed.cpu_us)
+            out["rtt"].append(rtt.us)
+    if session is not None:
+        out["ratio"].append(out["async"][-1] / out["sync"][-1])
+
+
+def _async_summary(values: dict[str, list[float]]) -> dict[str, object]:
     return {
-        "async_cycle_us": median(async_us),
-        "async_cycle_us_spread": spread(async_us),
-        "async_sync_cycle_us": median(sync_us),
-        "async_ratio": median(ratios),
-        "async_ratio_spread": spread(ratios),
-        "async_rtt_us": median(async_rtt),
+        "async_cycle_us": median(values["async"]),
+        "async_cycle_us_spread": spread(values["async"]),
+        "async_cycle_cpu_us": median(values["cpu"]),
+        "async_sync_cycle_us": median(values["sync"]),
+        "async_ratio": median(values["ratio"]),
+        "async_ratio_spread": spread(values["ratio"]),
+        "async_rtt_us": median(values["rtt"]),
+        "async_cycle_rtt": ratio(median(values["async"]), median(values["rtt"])),
     }
 
 
@@ -203,6 +309,7 @@ def cycle_reps(
                 "cycle_us": median(samples["cycle"]),
                 "cycle_us_spread": spread(samples["cycle"]),
                 "cycle_cpu_us": median(samples["cpu"]),
+                "cycle_cpu_us_spread": spread(samples["cpu"]),
                 "cycle_rtt": median(samples["ratio"]),
                 "cycle_rtt_spread": spread(samples["ratio"]),
                 "cycle_over_rtt_of_medians": ratio(

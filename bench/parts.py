@@ -1,0 +1,288 @@
+"""The parts of the suite. Each one measures and returns its raw figures, JSON-ready.
+
+Raw figures have string keys only, so ``bench/results/latest.json`` can keep them as they
+are and ``report.assemble`` can rebuild every table from them, also when they are merged
+with parts kept from earlier runs.
+
+The claims parts (``flash``, ``coordination``) live in modules of their own that are
+imported only when the part runs: a missing or broken module makes that part skipped
+with its error, never the whole run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from peers import LIBRARIES, open_session
+from stats import median
+
+Label = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Plan:
+    quick: bool
+    reps: int  # rtt and cycle reps (libraries rotated per rep)
+    rtt_ops: int
+    cycles: int
+    budget_s: float  # time cap of any one timed block
+    handoff_reps: int
+    handoff_s: float
+    worker_counts: tuple[int, ...]
+    renew_counts: tuple[int, ...]
+    renew_ttl_s: int
+    renew_hold_s: float
+    async_reps: int
+    async_cycles: int
+    family_workers: int  # fair and rw: worker processes per run
+    family_reps: int  # fair and rw: reps of each of the two sessions compared
+    family_s: float
+    # semaphore, redlock and cluster reuse reps, rtt_ops, cycles and budget_s
+
+
+@dataclass
+class Context:
+    url: str
+    admin: redis.Redis
+    plan: Plan
+    label: Label
+    tick: Callable[[], None]
+
+
+class PartSkipped(RuntimeError):
+    """A part could not run (a module missing or broken); the message says why."""
+
+
+def steps(plan: Plan, parts: tuple[str, ...]) -> dict[str, int]:
+    """Progress-bar steps of each part that will run."""
+    from renewal import RENEWING_LIBRARIES  # noqa: PLC0415
+
+    cycle_sessions = len(LIBRARIES) + 1
+    table = {
+        "cycle": plan.reps * cycle_sessions,
+        "rtt": plan.reps * len(LIBRARIES),
+        "handoff": plan.handoff_reps * len(plan.worker_counts) * len(LIBRARIES),
+        "renewal": len(RENEWING_LIBRARIES) * len(plan.renew_counts),
+        "async": plan.async_reps,
+        "fair": 2 * plan.family_reps,
+        "rw": 2 * plan.family_reps,
+        "semaphore": plan.reps,
+        "redlock": plan.reps,
+        "cluster": plan.reps,
+        "flash": _flash_steps(plan.quick) if "flash" in parts else 1,
+        "coordination": 1,
+    }
+    return {part: table[part] for part in parts}
+
+
+def _flash_steps(quick: bool) -> int:
+    """``claims_flash.step_count``: it calls ``progress`` once per step; 1 if it will not run."""
+    try:
+        module = _claims_module("claims_flash")
+        return max(1, int(module.step_count(quick)))
+    except Exception:  # the part itself reports the error when it runs
+        return 1
+
+
+def cycle_part(ctx: Context, with_cycles: bool) -> dict[str, Any]:
+    """Round-trip references and (``with_cycles``) every library's uncontended cycles."""
+    from uncontended import cycle_reps  # noqa: PLC0415
+
+    names = [*LIBRARIES, "redlease-ttl10"] if with_cycles else list(LIBRARIES)
+    sessions = {name: open_session(name, ctx.url) for name in names}
+    try:
+        plan = ctx.plan
+        rtts, uncontended = cycle_reps(
+            sessions,
+            ctx.admin,
+            plan.reps,
+            plan.rtt_ops,
+            plan.cycles,
+            plan.budget_s,
+            with_cycles,
+            ctx.tick,
+        )
+    finally:
+        for session in sessions.values():
+            session.close()
+    return {"rtts": rtts, "uncontended": uncontended}
+
+
+def handoff_part(ctx: Context) -> dict[str, Any]:
+    """Every library at every worker count, ``handoff_reps`` times, order rotating per rep."""
+    from contended import run_contended  # noqa: PLC0415
+
+    plan = ctx.plan
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    rtts: list[float] = []
+    for rep in range(plan.handoff_reps):
+        shift = rep % len(LIBRARIES)
+        order = LIBRARIES[shift:] + LIBRARIES[:shift]
+        for workers in plan.worker_counts:
+            for library in order:
+                ctx.label(f"handoff: {library}, {workers} workers, rep {rep + 1}")
+                run = run_contended(ctx.url, library, workers, plan.handoff_s, f"{workers}w{rep}")
+                runs.setdefault(library, {}).setdefault(str(workers), []).append(run)
+                if run.get("idle_rtt_us"):
+                    rtts.append(run["idle_rtt_us"])
+                ctx.tick()
+    return {"runs": runs, "rtts": rtts}
+
+
+def renewal_part(ctx: Context) -> dict[str, Any]:
+    """Each renewing library at each held-lease count, in a fresh process per run."""
+    from renewal import RENEWING_LIBRARIES, run_renewal, skip_reason  # noqa: PLC0415
+
+    plan = ctx.plan
+    leases: dict[str, dict[str, dict[str, Any]]] = {}
+    for count in plan.renew_counts:
+        for library in RENEWING_LIBRARIES:
+            ctx.label(f"renewal: {library}, {count:,} leases")
+            reason = skip_reason(ctx.admin, library, count)
+            if reason:
+                figures: dict[str, Any] = {"skipped": reason}
+            else:
+                figures = run_renewal(ctx.url, library, count, plan.renew_ttl_s, plan.renew_hold_s)
+            leases.setdefault(library, {})[str(count)] = figures
+            ctx.tick()
+    return {"leases": leases, "ttl_s": plan.renew_ttl_s, "hold_s": plan.renew_hold_s}
+
+
+def async_part(ctx: Context) -> dict[str, Any]:
+    from uncontended import async_reps  # noqa: PLC0415
+
+    plan = ctx.plan
+    return async_reps(ctx.url, plan.async_reps, plan.async_cycles, plan.budget_s, ctx.tick)
+
+
+def fair_part(ctx: Context) -> dict[str, Any]:
+    from family import FAIR, PLAIN, contended_pair, fair_figures  # noqa: PLC0415
+
+    plan = ctx.plan
+    runs = contended_pair(
+        ctx.url,
+        (FAIR, PLAIN),
+        plan.family_workers,
+        plan.family_reps,
+        plan.family_s,
+        lambda text: ctx.label(f"fair: {text}"),
+        ctx.tick,
+    )
+    return {"extras": fair_figures(runs, plan.family_workers)}
+
+
+def rw_part(ctx: Context) -> dict[str, Any]:
+    from family import READ, WRITE, contended_pair, rw_figures  # noqa: PLC0415
+
+    plan = ctx.plan
+    runs = contended_pair(
+        ctx.url,
+        (READ, WRITE),
+        plan.family_workers,
+        plan.family_reps,
+        plan.family_s,
+        lambda text: ctx.label(f"rw: {text}"),
+        ctx.tick,
+    )
+    return {"extras": rw_figures(runs, plan.family_workers)}
+
+
+def semaphore_part(ctx: Context) -> dict[str, Any]:
+    from family import semaphore_reps  # noqa: PLC0415
+
+    plan = ctx.plan
+    figures = semaphore_reps(
+        ctx.url, ctx.admin, plan.reps, plan.rtt_ops, plan.cycles, plan.budget_s, ctx.tick
+    )
+    return {"extras": figures}
+
+
+def redlock_part(ctx: Context) -> dict[str, Any]:
+    from topologies import redlock_reps  # noqa: PLC0415
+
+    plan = ctx.plan
+    figures = redlock_reps(plan.reps, plan.rtt_ops, plan.cycles, plan.budget_s, ctx.label, ctx.tick)
+    return {"extras": figures}
+
+
+def cluster_part(ctx: Context) -> dict[str, Any]:
+    from topologies import cluster_reps  # noqa: PLC0415
+
+    plan = ctx.plan
+    figures = cluster_reps(plan.reps, plan.rtt_ops, plan.cycles, plan.budget_s, ctx.label, ctx.tick)
+    return {"extras": figures}
+
+
+def flash_part(ctx: Context) -> dict[str, Any]:
+    """The flash sale and its segments: ``claims_flash.measure`` (another module's)."""
+    module = _claims_module("claims_flash")
+    started = [False]
+
+    def progress(text: str) -> None:
+        if started[0]:
+            ctx.tick()  # the previous step is done
+        started[0] = True
+        ctx.label(f"flash: {text}")
+
+    result = module.measure(ctx.plan.quick, progress=progress, redis_url=ctx.url)
+    ctx.tick()
+    return _checked(result, "flash_sale", "claims_flash")
+
+
+def coordination_part(ctx: Context) -> dict[str, Any]:
+    """redlease against Redlock, ZooKeeper and etcd: ``coordination.measure``."""
+    module = _claims_module("coordination")
+    result = module.measure(
+        ctx.plan.quick, progress=lambda text: ctx.label(f"coordination: {text}")
+    )
+    ctx.tick()
+    return _checked(result, "coordination", "coordination")
+
+
+def _claims_module(name: str) -> Any:
+    import importlib  # noqa: PLC0415
+
+    try:
+        return importlib.import_module(name)
+    except Exception as exc:  # any import failure: the part is skipped, the run goes on
+        raise PartSkipped(f"bench/{name}.py did not import: {type(exc).__name__}: {exc}") from exc
+
+
+def _checked(result: Any, key: str, module: str) -> dict[str, Any]:
+    if not isinstance(result, dict) or not isinstance(result.get(key), dict):
+        raise PartSkipped(f"{module}.measure() returned no {key!r} object")
+    return result
+
+
+RUNNERS: dict[str, Callable[[Context], dict[str, Any]]] = {
+    "handoff": handoff_part,
+    "renewal": renewal_part,
+    "async": async_part,
+    "fair": fair_part,
+    "rw": rw_part,
+    "semaphore": semaphore_part,
+    "redlock": redlock_part,
+    "cluster": cluster_part,
+    "flash": flash_part,
+    "coordination": coordination_part,
+}
+
+
+def run_part(ctx: Context, part: str) -> dict[str, Any]:
+    if part in ("cycle", "rtt"):
+        return cycle_part(ctx, with_cycles=part == "cycle")
+    return RUNNERS[part](ctx)
+
+
+def rtt_median(parts: dict[str, dict[str, Any]]) -> float | None:
+    """Median of every idle EVALSHA reference the given parts took."""
+    rtts = [
+        value
+        for name in ("rtt", "cycle", "handoff")
+        for value in parts.get(name, {}).get("data", {}).get("rtts", [])
+    ]
+    return median(rtts)
