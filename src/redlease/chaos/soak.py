@@ -13,12 +13,13 @@ injects the next fault of the cycle:
 * ``pexpire``: ``PEXPIRE`` a held lease to 1 ms behind its holder's back;
 * ``stall``: ``DEBUG SLEEP`` the lock server for 2 x TTL (private servers only).
 
-Each injection opens a window ``[start, end + TTL]``. At the end it checks: no overlap
-of two critical sections on one name outside the windows (among sections whose fenced
-write was accepted), no fenced lost update, fences never going back on a name, each
-worker's RSS and file descriptors after warm-up versus right before it stopped, and the
-keys left on the lock server by kind. Exit status 0 when every check holds, 1 when not.
-Every wait is bounded and the whole run has a deadline.
+Each injection opens a window ``[start, end + TTL]``. At the end it checks: never two
+holders inside their leases; no overlap of two critical sections on one name outside the
+windows (among sections whose fenced write was accepted) other than after the older
+lease's deadline (a holder the machine itself paused); no fenced lost update; fences never
+going back on a name; each worker's RSS and file descriptors after warm-up versus right
+before it stopped; and the keys left on the lock server by kind. Exit status 0 when every
+check holds, 1 when not. Every wait is bounded and the whole run has a deadline.
 """
 
 from __future__ import annotations
@@ -35,18 +36,19 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 
-from redlease.chaos.checks import Section, fence_regressions
+from redlease.chaos.checks import Section
 from redlease.chaos.soak_worker import (
     HOLDING,
     Board,
+    SoakSection,
     WorkerLog,
     data_keys,
     lock_names,
@@ -55,6 +57,8 @@ from redlease.chaos.soak_worker import (
 )
 from redlease.keys import LockKeys
 from redlease.server import EmbeddedServer
+
+S = TypeVar("S", bound=Section)
 
 FAULT_KINDS = ("kill", "sigstop", "pexpire", "stall")
 POLL = 0.2
@@ -72,7 +76,7 @@ class SoakSettings:
     ttl: float = 2.0
     hold: float = 0.0
     acquire_timeout: float = 10.0
-    deadline: float = 3600.0
+    deadline: float = 7200.0
     seed: int | None = None
     max_rss_growth_kib: int = 16 * 1024
     max_fd_growth: int = 2
@@ -187,14 +191,17 @@ class Soak:
                 tail = (self.directory / f"{slot.log.stem}.err").read_bytes()[-400:]
                 self.crashes.append(f"{slot.log.stem} exit {code}: {tail.decode(errors='replace')}")
 
+    def states(self) -> list[tuple[Slot, tuple[int, int]]]:
+        """Each live worker with its ``(state, name index)`` from the board."""
+        return [(slot, self.board.get(slot.index)) for slot in self.live()]
+
     def pick(self) -> tuple[Slot, int | None]:
         """A random worker holding a lock right now (and its name), else any live one."""
-        live = self.live()
-        holders = [(slot, self.board.get(slot.index)) for slot in live]
-        holding = [(slot, name) for slot, (state, name) in holders if state == HOLDING]
+        states = self.states()
+        holding = [(slot, name) for slot, (state, name) in states if state == HOLDING]
         if holding:
             return self.random.choice(holding)
-        return self.random.choice(live), None
+        return self.random.choice(states)[0], None
 
     # Faults: each returns a description of its target; the caller times the window.
 
@@ -228,7 +235,7 @@ class Soak:
 
     def pexpire(self) -> str:
         """Expire a lease some worker holds now; failing that, any lease that exists."""
-        held = [name for _, (state, name) in self._states() if state == HOLDING]
+        held = [name for _, (state, name) in self.states() if state == HOLDING]
         rest = [index for index in range(len(self.names)) if index not in held]
         self.random.shuffle(held)
         self.random.shuffle(rest)
@@ -244,9 +251,6 @@ class Soak:
             untyped: Any = client  # redis-py leaves execute_command untyped
             untyped.execute_command("DEBUG", "SLEEP", f"{seconds:.3f}")
         return "lock server"
-
-    def _states(self) -> list[tuple[Slot, tuple[int, int]]]:
-        return [(slot, self.board.get(slot.index)) for slot in self.live()]
 
     def inject(self, kind: str) -> None:
         started = time.monotonic()
@@ -297,16 +301,19 @@ class Soak:
         server_start = self.server_info()
         try:
             self.drive()
-            completed = not self.live()
         finally:
             self.stop()
         seconds = time.monotonic() - self.started
-        logs = [read_log(path) for path in self.logs]
+        parsed = {path: read_log(path) for path in self.logs}
+        logs = list(parsed.values())
+        # Finished: each slot's last worker logged every acquisition it was given.
+        completed = all(parsed[slot.log].attempts >= slot.count for slot in self.slots)
         report: dict[str, Any] = {
             "completed": completed and not self.crashes,
             "crashes": self.crashes,
             "seconds": round(seconds, 1),
             "prefix": self.prefix,
+            "started_monotonic": self.started,
             "server": "private" if self.target.private else "shared",
         }
         report["acquisitions"] = acquisitions(logs, seconds)
@@ -339,14 +346,18 @@ class Soak:
             injection.rejected = sum(
                 injection.started <= t <= injection.window_end for t in rejected
             )
-        highest = Counter[int]()
-        for index, sections in by_name.items():
-            highest[index] = max((s.fence for s in sections if s.fenced == "accepted"), default=0)
+        highest = {
+            index: max((s.fence for s in sections if s.fenced == "accepted"), default=0)
+            for index, sections in by_name.items()
+        }
+        order = [fence_order(sections) for sections in by_name.values()]
         return {
             "overlaps": split_overlaps(by_name, self.injections),
+            "overruns_outside_windows": overruns(by_name, self.injections),
             "fenced_lost_updates": truth["fenced_writes"] - truth["fenced_counter"],
             "plain_lost_updates": truth["plain_writes"] - truth["plain_counter"],
-            "fence_regressions": sum(fence_regressions(ss) for ss in by_name.values()),
+            "fence_regressions": sum(regressions for regressions, _ in order),
+            "duplicate_fenced_values": sum(duplicates for _, duplicates in order),
             "fence_records_behind": sum(truth["records"][i] < highest[i] for i in by_name),
             "rejected": len(rejected),
             "unlogged_fenced_writes": truth["fenced_writes"] - len(accepted),
@@ -442,43 +453,91 @@ class Soak:
                     client.delete(*batch)
 
 
-def sections_by_name(logs: list[WorkerLog], names: int) -> dict[int, list[Section]]:
+def sections_by_name(logs: list[WorkerLog], names: int) -> dict[int, list[SoakSection]]:
     """Every logged critical section, per lock name, in the order of their grants."""
-    by_name: dict[int, list[Section]] = {index: [] for index in range(names)}
+    by_name: dict[int, list[SoakSection]] = {index: [] for index in range(names)}
     for log in logs:
-        for index, section in log.sections:
-            by_name.setdefault(index, []).append(section)
+        for section in log.sections:
+            by_name.setdefault(section.name, []).append(section)
     for sections in by_name.values():
         sections.sort(key=lambda section: section.acquired)
     return by_name
 
 
+def fence_order(sections: list[SoakSection]) -> tuple[int, int]:
+    """Fence regressions and repeated values among one name's accepted fenced writes.
+
+    Sorted by the counter value each wrote, accepted writes are in the order the data
+    server applied them (no clocks involved): their fences must only grow, and no value
+    may be written twice (that would be a lost update the log can see).
+    """
+    accepted = sorted((s for s in sections if s.fenced == "accepted"), key=lambda s: s.written)
+    regressions = duplicates = 0
+    highest, previous = -1, None
+    for section in accepted:
+        regressions += section.fence < highest
+        duplicates += section.written == previous
+        highest, previous = max(highest, section.fence), section.written
+    return regressions, duplicates
+
+
+OVERLAP_KEYS = (
+    "outside", "inside", "outside_all", "inside_all", "outside_after_deadline", "live_lease",
+)  # fmt: skip
+
+
 def split_overlaps(
-    by_name: dict[int, list[Section]], injections: list[Injection]
+    by_name: dict[int, list[SoakSection]], injections: list[Injection]
 ) -> dict[str, int]:
-    """Overlaps per name, inside or outside the fault windows; ``_all`` counts every
-    section, the plain keys only pairs whose fenced writes were both accepted. Each
-    injection also counts the overlaps its own window meets."""
+    """Overlaps per name, inside or outside the fault windows.
+
+    ``_all`` counts every pair, the plain keys only pairs whose fenced writes were both
+    accepted. ``outside_after_deadline``: those of ``outside`` where the newer holder got
+    the lock after the older one's lease deadline, so the older lease may simply have run
+    out under a holder the machine paused. ``live_lease``: pairs (outside PEXPIRE windows)
+    where the newer holder got the lock *before* that deadline: two holders inside their
+    leases, which the lock must never allow. Each injection counts the pairs its window meets.
+    """
     windows = [(injection.started, injection.window_end) for injection in injections]
-    counts = dict.fromkeys(("outside", "inside", "outside_all", "inside_all"), 0)
+    expiries = [w for i, w in zip(injections, windows, strict=True) if i.kind == "pexpire"]
+    counts = dict.fromkeys(OVERLAP_KEYS, 0)
     for sections in by_name.values():
         for earlier, later in overlap_pairs(sections):
-            where = "inside" if _touches(windows, earlier, later) else "outside"
+            inside = _touches(windows, earlier, later)
+            accepted = earlier.fenced == later.fenced == "accepted"
+            lapsed = later.acquired >= earlier.deadline
+            where = "inside" if inside else "outside"
             counts[f"{where}_all"] += 1
-            counts[where] += earlier.fenced == later.fenced == "accepted"
+            counts[where] += accepted
+            counts["outside_after_deadline"] += accepted and lapsed and not inside
+            counts["live_lease"] += not lapsed and not _touches(expiries, earlier, later)
             for injection, window in zip(injections, windows, strict=True):
                 injection.overlaps += _touches([window], earlier, later)
     return counts
 
 
-def overlap_pairs(sections: list[Section]) -> Iterator[tuple[Section, Section]]:
+def overruns(by_name: dict[int, list[SoakSection]], injections: list[Injection]) -> dict[str, Any]:
+    """Sections outside every fault window that were still running at their lease's
+    deadline: pauses the machine made (scheduling, swapping), not the soak."""
+    windows = [(injection.started, injection.window_end) for injection in injections]
+    late = [
+        (s.ended or 0.0) - s.deadline
+        for sections in by_name.values()
+        for s in sections
+        if (s.ended or 0.0) > s.deadline
+        and not any(start <= (s.ended or 0.0) and end >= s.acquired for start, end in windows)
+    ]
+    return {"count": len(late), "longest_s": round(max(late), 2) if late else None}
+
+
+def overlap_pairs(sections: Sequence[S]) -> Iterator[tuple[S, S]]:
     """For each section (sorted by grant) that starts before an earlier-starting section
     of another worker has ended, that pair (the other being the one that ends last).
 
     Linear: it keeps the latest-ending section of the two workers that end latest.
     """
-    best: Section | None = None
-    second: Section | None = None  # the latest end among the workers other than best's
+    best: S | None = None
+    second: S | None = None  # the latest end among the workers other than best's
     for section in sections:
         other = second if best is not None and best.worker == section.worker else best
         if other is not None and (other.ended or 0.0) > section.acquired:
@@ -530,7 +589,7 @@ def acquisitions(logs: list[WorkerLog], seconds: float) -> dict[str, Any]:
         "errors": dict(errors),
         "releases_expired": releases["x"],
         "per_second": round(attempted / seconds, 1) if seconds > 0 else None,
-        "wait_ms": _percentiles([wait for log in logs for wait in log.waits]),
+        "wait_ms": _percentiles([s.acquired - s.requested for log in logs for s in log.sections]),
     }
 
 
@@ -577,10 +636,15 @@ def failures(report: dict[str, Any], settings: SoakSettings) -> list[str]:
     if not report["completed"]:
         found.append("not every worker finished its acquisitions before the deadline")
     found.extend(f"crash: {crash}" for crash in report["crashes"])
+    overlaps = report["overlaps"]
     checks = {
-        "overlaps outside fault windows": report["overlaps"]["outside"],
+        "overlaps outside fault windows, not after the older lease's deadline": (
+            overlaps["outside"] - overlaps["outside_after_deadline"]
+        ),
+        "overlaps with the older lease still live": overlaps["live_lease"],
         "fenced lost updates": report["fenced_lost_updates"],
         "fence regressions": report["fence_regressions"],
+        "fenced values written twice": report["duplicate_fenced_values"],
         "fence records behind an accepted fence": report["fence_records_behind"],
     }
     keys = report["leftover_keys"]
@@ -651,8 +715,11 @@ def _summary(report: dict[str, Any]) -> str:
         f"  {report['seconds']:g} s, {a['attempted']} attempted ({a['per_second']}/s), "
         f"{a['granted']} granted, {a['timeouts']} timed out, errors {a['errors']}, "
         f"wait ms {a['wait_ms']}",
-        f"  overlaps accepted/all: outside windows {o['outside']}/{o['outside_all']}, "
-        f"inside {o['inside']}/{o['inside_all']}",
+        f"  overlaps accepted/all: outside windows {o['outside']}/{o['outside_all']} "
+        f"({o['outside_after_deadline']} after the older lease's deadline), "
+        f"inside {o['inside']}/{o['inside_all']}; with a live lease {o['live_lease']}",
+        f"  sections outside windows past their lease deadline "
+        f"{report['overruns_outside_windows']}",
         f"  fenced lost updates {report['fenced_lost_updates']}, plain lost updates "
         f"{report['plain_lost_updates']}, rejected {report['rejected']}, "
         f"fence regressions {report['fence_regressions']}",

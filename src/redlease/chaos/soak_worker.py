@@ -9,7 +9,7 @@ server:
 2. reads the fenced and the plain hash in one round trip (``HMGET n <worker>``);
 3. writes the plain hash with a plain ``HSET`` and the fenced one through
    ``RedisGuard.hset``, each ``{n: n + 1, <worker>: mine + 1}``;
-4. releases.
+4. releases the lock.
 
 The field named after the worker counts that worker's own writes. Only this process
 writes it, so after the run the sum of those fields is exactly how many writes went
@@ -51,7 +51,6 @@ from redlease.sync.lock import Lock, Locks
 FLUSH_LINES = 64
 FLUSH_SECONDS = 1.0
 ERROR_PAUSE = 0.01
-CHECK_EVERY = 16
 SOCKET_TIMEOUT = 15.0  # outlasts a stalled server (DEBUG SLEEP 2 x TTL) without ambiguity
 
 # Section codes in the log: plain write, fenced write, release.
@@ -136,6 +135,30 @@ PLAIN_RESULTS = {WROTE: "wrote", ERROR: "error"}
 FENCED_RESULTS = {ACCEPTED: "accepted", REJECTED_CLAIM: "rejected", REJECTED_SET: "rejected"}
 
 
+SECTION_FIELDS = (
+    "seq", "name", "fence", "requested", "acquired", "deadline", "ended",
+    "plain", "fenced", "released", "written",
+)  # fmt: skip
+"""A section's log line: ``["s", *fields]`` in this order."""
+
+
+@dataclass
+class SoakSection(Section):
+    """A critical section of the soak, beyond what :mod:`~redlease.chaos.checks` knows.
+
+    ``deadline`` is the lease's ``expires_at``: the server keeps the lease at least until
+    then, so a newer holder granted before it means two holders inside their leases.
+    ``written`` is the value the fenced write set the counter to (0 unless accepted):
+    accepted writes sorted by it are in the order the data server applied them.
+    """
+
+    name: int = 0
+    requested: float = 0.0
+    deadline: float = 0.0
+    released: str = ""
+    written: int = 0
+
+
 @dataclass
 class WorkerLog:
     """What one worker process logged; a tail lost to ``kill -9`` is simply absent."""
@@ -144,11 +167,10 @@ class WorkerLog:
     pid: int = 0
     start: int = 0
     count: int = 0
-    sections: list[tuple[int, Section]] = field(default_factory=list)  # (name index, section)
+    sections: list[SoakSection] = field(default_factory=list)
     timeouts: int = 0
     errors: Counter[str] = field(default_factory=Counter)
     releases: Counter[str] = field(default_factory=Counter)
-    waits: list[float] = field(default_factory=list)  # seconds from request to grant
     warm: tuple[int, int] | None = None  # (RSS KiB, fds) after the warm-up
     end: tuple[int, int] | None = None  # the same right before the worker stops
     done: int | None = None  # acquisitions attempted, logged by a worker that stopped cleanly
@@ -158,17 +180,21 @@ class WorkerLog:
         """Acquisitions attempted as far as the log shows (granted, timed out, failed)."""
         return len(self.sections) + self.timeouts + self.errors["acquire"]
 
+    def add_section(self, line: dict[str, Any]) -> None:
+        fenced = FENCED_RESULTS.get(line["fenced"], "error")
+        section = SoakSection(
+            self.worker, line["seq"], line["acquired"], line["fence"], line["ended"],
+            PLAIN_RESULTS.get(line["plain"], "error"), fenced, line["ended"],
+            name=line["name"], requested=line["requested"], deadline=line["deadline"],
+            released=line["released"], written=line["written"],
+        )  # fmt: skip
+        self.sections.append(section)
+        self.releases[section.released] += 1
+
     def add(self, record: list[Any]) -> None:
         kind = record[0]
         if kind == "s":
-            _, seq, index, fence, requested, acquired, ended, plain, fenced, released = record
-            section = Section(
-                self.worker, seq, acquired, fence, ended,
-                PLAIN_RESULTS.get(plain, plain), FENCED_RESULTS.get(fenced, "error"), ended,
-            )  # fmt: skip
-            self.sections.append((int(index), section))
-            self.waits.append(acquired - requested)
-            self.releases[released] += 1
+            self.add_section(dict(zip(SECTION_FIELDS, record[1:], strict=True)))
         elif kind == "t":
             self.timeouts += 1
         elif kind == "e":
@@ -257,7 +283,7 @@ class Worker:
         args = self.args
         done = 0
         for seq in range(args.start, args.start + args.count):
-            if done % CHECK_EVERY == 0 and self.should_stop():
+            if self.should_stop():
                 break
             if done == args.warmup:
                 self.log.add("m", "warm", time.monotonic(), *resources())
@@ -282,7 +308,7 @@ class Worker:
             self.board.set(self.args.slot, IDLE, index)
         acquired = time.monotonic()
         self.board.set(self.args.slot, HOLDING, index)
-        plain, fenced, ended = self.section(seq, index, lease)
+        plain, fenced, ended, written = self.section(seq, index, lease)
         try:
             released = RELEASE_CODES.get(lock.release(), "?")
         except (LockError, redis.RedisError) as error:
@@ -290,11 +316,13 @@ class Worker:
             self.log.add("e", seq, index, time.monotonic(), "release", str(error)[:160])
         self.board.set(self.args.slot, IDLE, index)
         self.log.add(
-            "s", seq, index, lease.fence, requested, acquired, ended, plain, fenced, released
-        )
+            "s", seq, index, lease.fence, requested, acquired, lease.expires_at, ended,
+            plain, fenced, released, written,
+        )  # fmt: skip
 
-    def section(self, seq: int, index: int, lease: Lease) -> tuple[str, str, float]:
-        """Claim, read both hashes, write both back plus one; the codes and the end time."""
+    def section(self, seq: int, index: int, lease: Lease) -> tuple[str, str, float, int]:
+        """Claim, read both hashes, write both back plus one; returns the outcome codes,
+        the end time and the fenced counter's new value (0 unless accepted)."""
         worker = self.args.worker
         plain_key, fenced_key = data_keys(self.args.prefix, self.names[index])
         fenced = ACCEPTED
@@ -312,7 +340,7 @@ class Worker:
             (plain_n, plain_mine), (fenced_n, fenced_mine) = pipe.execute()
         except redis.RedisError as error:
             self.log.add("e", seq, index, time.monotonic(), "read", str(error)[:160])
-            return ERROR, ERROR, time.monotonic()
+            return ERROR, ERROR, time.monotonic(), 0
         if self.args.hold > 0:
             time.sleep(self.args.hold)
         plain = WROTE
@@ -321,18 +349,22 @@ class Worker:
         except redis.RedisError as error:
             plain = ERROR
             self.log.add("e", seq, index, time.monotonic(), "plain", str(error)[:160])
+        written = 0
         if fenced == ACCEPTED:
+            bumped = _bumped(fenced_n, fenced_mine, worker)
             try:
-                self.guard.hset(lease, fenced_key, _bumped(fenced_n, fenced_mine, worker))
+                self.guard.hset(lease, fenced_key, bumped)
+                written = bumped["n"]
             except FenceRejected:
                 fenced = REJECTED_SET
             except (LockError, redis.RedisError) as error:
                 fenced = ERROR
                 self.log.add("e", seq, index, time.monotonic(), "fenced", str(error)[:160])
-        return plain, fenced, time.monotonic()
+        return plain, fenced, time.monotonic(), written
 
 
 def _bumped(total: bytes | None, mine: bytes | None, worker: str) -> dict[Any, int]:
+    # Any keys: redis-py's hset and the guard's hset type their mappings' keys differently.
     return {"n": int(total or 0) + 1, worker: int(mine or 0) + 1}
 
 
