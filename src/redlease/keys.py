@@ -11,7 +11,7 @@ The braces are the cluster hash tag, so names may not contain braces themselves.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from redlease.errors import InvalidArgument, InvalidName
 
@@ -58,22 +58,29 @@ def ttl_to_ms(ttl: object, what: str = "ttl") -> int:
 
 @dataclass(frozen=True)
 class LockKeys:
-    """The keys and channel of one lock, all sharing the ``{name}`` hash tag."""
+    """The keys and channel of one lock, all sharing the ``{name}`` hash tag.
+
+    The keys every acquisition and release sends are built once, with the object (a client
+    keeps one per recently used name, so a lock cycle formats none of them).
+    """
 
     name: str
     prefix: str = DEFAULT_PREFIX
+    base: str = field(init=False, repr=False, compare=False)
+    lease: str = field(init=False, repr=False, compare=False)
+    """The lease itself (the base key)."""
+    fence: str = field(init=False, repr=False, compare=False)
+    """The fencing counter."""
+    queue: str = field(init=False, repr=False, compare=False)
+    wake_prefix: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def base(self) -> str:
-        return f"{self.prefix}:{{{self.name}}}"
-
-    @property
-    def lease(self) -> str:
-        return self.base
-
-    @property
-    def fence(self) -> str:
-        return f"{self.base}:fence"
+    def __post_init__(self) -> None:
+        base = f"{self.prefix}:{{{self.name}}}"
+        object.__setattr__(self, "base", base)
+        object.__setattr__(self, "lease", base)
+        object.__setattr__(self, "fence", f"{base}:fence")
+        object.__setattr__(self, "queue", f"{base}:queue")
+        object.__setattr__(self, "wake_prefix", f"{base}:wake:")
 
     @property
     def holders(self) -> str:
@@ -93,14 +100,6 @@ class LockKeys:
     def broadcast(self) -> str:
         """A channel every waiter of the name listens on (count-down latches)."""
         return f"{self.base}:zero"
-
-    @property
-    def queue(self) -> str:
-        return f"{self.base}:queue"
-
-    @property
-    def wake_prefix(self) -> str:
-        return f"{self.base}:wake:"
 
     def waiter_channel(self, token: str) -> str:
         return f"{self.wake_prefix}{token}"

@@ -14,6 +14,7 @@ from redis.exceptions import ResponseError
 
 from redlease.aio._flavor import (
     INTERRUPTIONS,
+    Worker,
     check_cancelled,
     current_owner,
     fire,
@@ -98,6 +99,10 @@ class AsyncLocks(LocksBase):
         self.renewer = AsyncRenewer(self)
         self.hooks = combine(hooks)
         self._watching = False
+        self.ready_publish: str | None = None
+        """The publish command once :meth:`commands` has run: later acquires skip the call."""
+        self._finishing: set[Worker] = set()
+        """Interrupted releases being sent again (kept here so that they run to the end)."""
         if sharded_pubsub is not None:
             self.pubsub_commands = PubSubCommands(sharded_pubsub)
         self.replica_template = ReplicaAcks(
@@ -189,6 +194,8 @@ class AsyncLocks(LocksBase):
         self.notifier = AsyncNotifier(self.client, self.commands, self.clock)
         self.renewer = AsyncRenewer(self)
         self._watching = False
+        self.ready_publish = None
+        self._finishing = set()
 
     def adopt(self, lease: Lease, role: str | None) -> bool:
         if super().adopt(lease, role) or (lease.renewing and not self.renewer.running()):
@@ -227,6 +234,7 @@ class AsyncLocks(LocksBase):
                 self.pubsub_commands = PubSubCommands(sharded=False)
             else:
                 self.pubsub_commands = PubSubCommands(sharded=True)
+        self.ready_publish = self.pubsub_commands.publish
         return self.pubsub_commands
 
     async def _warn_if_evicting(self) -> None:
@@ -288,15 +296,36 @@ class AsyncLocks(LocksBase):
         return grant
 
     async def give_back(self, owner: LeasedBase[Any], lease: Lease) -> ReleaseOutcome:
-        """Release a lease already taken off the books, and report how it ended."""
+        """Release a lease already taken off the books, and report how it ended.
+
+        The release runs inline (an asyncio shield would cost a task and two more loop turns
+        on every release). Only an interrupted release (a cancellation, Ctrl-C) pays more: it
+        is sent again in the background while the interruption goes on to the caller, and the
+        release latch gives the retry the same answer if the first attempt landed.
+        """
         try:
-            code = await shielded(self.drive(release_flow(lease.claim)))
+            code = await self.drive(release_flow(lease.claim))
+        except INTERRUPTIONS:
+            self._finish_in_background(lease.claim)
+            raise
         except ReplicaShortfall as short:
             logger.warning("release of %r: %s", lease.name, short)
             code = int(short.reply)
         outcome, callbacks = owner._finish_release(lease, code)
-        fire(lease, callbacks)
+        if callbacks:
+            fire(lease, callbacks)
         return outcome
+
+    def _finish_in_background(self, claim: Claim) -> None:
+        """Send an interrupted release again from a worker of its own (best effort)."""
+        self._finishing = {worker for worker in self._finishing if worker.alive()}
+        self._finishing.add(Worker(lambda: self._release_again(claim), "redlease-release"))
+
+    async def _release_again(self, claim: Claim) -> None:
+        try:
+            await self.drive(release_flow(claim))
+        except (Exception, ReplicaShortfall):
+            logger.debug("could not finish an interrupted release of %r", claim.keys.name)
 
     async def _abandon(self, claim: Claim) -> None:
         """An interrupted acquire may have been granted or queued: undo both, best effort."""
@@ -389,9 +418,14 @@ class AsyncLeaseHandle(LockBase[LocksT]):
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        lease = self.lease
-        outcome = await self.release()
+        owner = self._owner()
+        lease = self.locks.held(self.role, owner)
+        outcome = await self._release_by(owner)
         self._lost_at_exit(lease, outcome, body_failed=exc_type is not None)
+
+    async def _release_by(self, owner: Owner) -> ReleaseOutcome:
+        """:meth:`release` for the owner the caller already looked up (the block's exit)."""
+        return await self.release()
 
 
 class AsyncLock(AsyncLeaseHandle["AsyncLocks"]):
@@ -415,7 +449,10 @@ class AsyncLock(AsyncLeaseHandle["AsyncLocks"]):
         ``timeout=None`` uses the lock's default, a negative one waits as long as it takes,
         ``0`` (or ``blocking=False``) tries once. Reentering a held lock only counts.
         """
-        owner, held, request = self._plan_acquire(blocking, timeout, await self.commands())
+        publish = self.locks.ready_publish
+        if publish is None:
+            publish = await self.commands()
+        owner, held, request = self._plan_acquire(blocking, timeout, publish)
         if held is not None:
             return held
         assert request is not None
@@ -427,7 +464,10 @@ class AsyncLock(AsyncLeaseHandle["AsyncLocks"]):
         ``ReleaseOutcome.EXPIRED`` means the lease had already ended; the lease is then
         marked lost and its ``on_lost`` callbacks have run.
         """
-        lease = self._begin_release()
+        return await self._release_by(self._owner())
+
+    async def _release_by(self, owner: Owner) -> ReleaseOutcome:
+        lease = self._begin_release(owner)
         if lease is None:
             return ReleaseOutcome.STILL_HELD
         return await self.locks.give_back(self, lease)

@@ -7,9 +7,9 @@ release outcome means) and the flavoured subclasses only drive the flows of
 
 from __future__ import annotations
 
+import binascii
 import math
 import os
-import secrets
 import socket
 import threading
 import time
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from redlease.core.claims import Claim, ExclusiveClaim
-from redlease.core.hooks import ACQUIRED, ERROR, TIMEOUT, AcquireEvent, Hooks
+from redlease.core.hooks import ACQUIRED, ERROR, TIMEOUT, AcquireEvent, Hooks, is_silent
 from redlease.core.lease import Lease, LostCallback, ReleaseOutcome
 from redlease.core.protocol import HANDED_OVER, AcquireRequest, Clock, Grant, release_reason
 from redlease.core.renewal import RenewalSchedule
@@ -32,12 +32,19 @@ CONTENDED_HINT_S = 1.0
 DEFAULT_REPLICA_TIMEOUT_MS = 1000
 DEFAULT_TTL = 30.0
 """Lease length when none is given; such leases are renewed while held (the watchdog)."""
+DEFAULT_TTL_MS = ttl_to_ms(DEFAULT_TTL)
+KEYS_CACHE_SIZE = 1024
+"""Lock names whose validated keys a client remembers (all forgotten when it fills up)."""
 
 TokenFactory = Callable[[], str]
 
 
+_URLSAFE = bytes.maketrans(b"+/", b"-_")
+
+
 def random_token() -> str:
-    return secrets.token_urlsafe(16)
+    """``secrets.token_urlsafe(16)``, spelled out: 128 random bits, 22 URL-safe characters."""
+    return binascii.b2a_base64(os.urandom(16), newline=False).translate(_URLSAFE)[:22].decode()
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,8 @@ class LocksBase:
         self._contended_until: dict[str, float] = {}
         self._guard = threading.Lock()
         self._host = socket.gethostname()
+        self._token_tail = self._holder_tail()
+        self._keys: dict[str, LockKeys] = {}
         _clients.add(self)
 
     def after_fork(self) -> None:
@@ -87,6 +96,7 @@ class LocksBase:
         self._held = {}
         self._contended_until = {}
         self._guard = threading.Lock()
+        self._token_tail = self._holder_tail()
         self.renewals = RenewalSchedule()
 
     def replica_acks(self, replicas: int) -> ReplicaAcks | None:
@@ -97,15 +107,27 @@ class LocksBase:
         return ReplicaAcks(replicas, template.timeout_ms, template.aof)
 
     def keys(self, name: str) -> LockKeys:
-        return LockKeys(validate_name(name), self.prefix)
+        """The validated keys of ``name``; remembered, since most code locks a few names often."""
+        keys = self._keys.get(name) if type(name) is str else None
+        if keys is None or keys.prefix is not self.prefix:
+            keys = LockKeys(validate_name(name), self.prefix)
+            if type(name) is str:
+                if len(self._keys) >= KEYS_CACHE_SIZE:
+                    self._keys.clear()
+                self._keys[name] = keys
+        return keys
+
+    def _holder_tail(self) -> str:
+        """The host and pid part of every token, made once (again in a forked child)."""
+        return f"|{self._host}|{os.getpid()}|"
 
     def new_token(self, owner: Owner) -> str:
         """A fresh random token; host, pid and owner ride along so operators can see the holder."""
-        return f"{self.token_factory()}|{self._host}|{os.getpid()}|{owner.describe()}"
+        return f"{self.token_factory()}{self._token_tail}{owner.describe()}"
 
     def held(self, role: str, owner: Hashable) -> Lease | None:
-        with self._guard:
-            return self._held.get((role, owner))
+        # one dict read is atomic: no guard needed (writers still take it)
+        return self._held.get((role, owner))
 
     def held_leases(self) -> list[Lease]:
         with self._guard:
@@ -118,6 +140,8 @@ class LocksBase:
         them with an immediate try, which keeps hand-offs going to other processes (the
         releaser would otherwise win most races: it is the first to know the lock is free).
         """
+        if code != HANDED_OVER and not self._contended_until:
+            return  # the common case: nothing to forget
         with self._guard:
             if code == HANDED_OVER:
                 self._contended_until[name] = self.clock() + CONTENDED_HINT_S
@@ -125,6 +149,8 @@ class LocksBase:
                 self._contended_until.pop(name, None)
 
     def contended(self, name: str) -> bool:
+        if not self._contended_until:
+            return False
         with self._guard:
             until = self._contended_until.get(name)
             if until is not None and until < self.clock():
@@ -141,7 +167,8 @@ class LocksBase:
         if role is not None:
             with self._guard:
                 self._held[(role, lease.owner)] = lease
-        lease.on_lost(self.hooks.lost)
+        if not is_silent(self.hooks):
+            lease.on_lost(self.hooks.lost)
         return lease.renewing and self.renewals.register(lease)
 
     def forget(self, lease: Lease, role: str | None) -> None:
@@ -189,7 +216,7 @@ class LeasedBase(Generic[LocksT]):
         self.locks = locks
         self.keys = locks.keys(name)
         self.name = self.keys.name
-        self.ttl_ms = ttl_to_ms(DEFAULT_TTL if ttl is None else ttl)
+        self.ttl_ms = DEFAULT_TTL_MS if ttl is None else ttl_to_ms(ttl)
         self.renew = ttl is None if renew is None else bool(renew)
         self.timeout = check_timeout(timeout)
         self.blocking = bool(blocking)
@@ -211,13 +238,15 @@ class LeasedBase(Generic[LocksT]):
     ) -> AcquireRequest:
         blocking = self.blocking if blocking is None else bool(blocking)
         resolved = self.timeout if timeout is None else check_timeout(timeout)
+        locks = self.locks
+        hooks = locks.hooks
         return AcquireRequest(
             claim=claim,
             blocking=blocking and resolved != 0,
             timeout=None if resolved < 0 else resolved,
-            contended=self.locks.contended(claim.keys.lease),
-            started_at=self.locks.clock(),
-            observation=self.locks.hooks.acquire_started(self.name, self.kind),
+            contended=locks.contended(claim.keys.lease),
+            started_at=locks.clock(),
+            observation=None if is_silent(hooks) else hooks.acquire_started(self.name, self.kind),
         )
 
     def _report_failure(self, error: BaseException) -> None:
@@ -233,9 +262,12 @@ class LeasedBase(Generic[LocksT]):
         lease: Lease | None = None,
         error: BaseException | None = None,
     ) -> None:
+        hooks = self.locks.hooks
+        if is_silent(hooks):
+            return
         wait = self.locks.clock() - request.started_at
         event = AcquireEvent(self.name, self.kind, outcome, wait, lease, error)
-        self.locks.hooks.acquire_finished(request.observation, event)
+        hooks.acquire_finished(request.observation, event)
 
     def _lease(self, owner: Owner, grant: Grant) -> Lease:
         return Lease(
@@ -266,8 +298,9 @@ class LeasedBase(Generic[LocksT]):
         self.locks.note_release(lease.claim.keys.lease, code)
         reason = release_reason(code)
         outcome = ReleaseOutcome.RELEASED if reason is None else ReleaseOutcome.EXPIRED
-        hold = self.locks.clock() - lease.acquired_at
-        self.locks.hooks.released(lease, self.kind, outcome, hold)
+        hooks = self.locks.hooks
+        if not is_silent(hooks):
+            hooks.released(lease, self.kind, outcome, self.locks.clock() - lease.acquired_at)
         return outcome, [] if reason is None else lease.mark_lost(reason)
 
     def _finish_extend(
@@ -324,10 +357,12 @@ class LockBase(LeasedBase[LocksT]):
         claim = self._claim(self.locks.new_token(owner), publish)
         return owner, None, self._request(claim, blocking, timeout)
 
-    def _begin_release(self) -> Lease | None:
+    def _begin_release(self, owner: Owner | None = None) -> Lease | None:
         """The lease to release on the server, or ``None`` when an outer hold remains."""
-        owner = self._owner()
-        lease = self.locks.held(self.role, owner)
+        if owner is None:
+            owner = self._owner()
+        role = self.role
+        lease = self.locks.held(role, owner)
         if lease is None:
             raise NotOwned(
                 f"lock {self.name!r} is not held by {owner.describe()}; nothing was released"
@@ -335,7 +370,7 @@ class LockBase(LeasedBase[LocksT]):
         if lease.count > 1:
             lease.count -= 1
             return None
-        self.locks.forget(lease, self.role)
+        self.locks.forget(lease, role)
         return lease
 
     def _begin_extend(self, ttl: float | None) -> tuple[Lease, int]:
@@ -355,6 +390,10 @@ class LockBase(LeasedBase[LocksT]):
 
 
 def check_timeout(timeout: object) -> float:
+    if type(timeout) is int:  # the common cases first, without the checks below
+        return float(timeout)
+    if type(timeout) is float and not math.isnan(timeout):
+        return timeout
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or math.isnan(timeout):
         raise InvalidArgument(f"timeout must be a number of seconds, got {timeout!r}")
     return float(timeout)

@@ -84,6 +84,11 @@ class CompositeHooks(Hooks):
             _safe(hook.lost, lease)
 
 
+def is_silent(hooks: Hooks) -> bool:
+    """Whether ``hooks`` are the default no-ops, so a caller may skip building their events."""
+    return type(hooks) is Hooks
+
+
 def combine(hooks: Hooks | Iterable[Hooks] | None) -> Hooks:
     if hooks is None:
         return Hooks()

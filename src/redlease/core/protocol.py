@@ -125,7 +125,7 @@ def acquire_flow(request: AcquireRequest, clock: Clock) -> Flow:
     """
     claim = request.claim
     deadline = math.inf if request.timeout is None else clock() + request.timeout
-    anchor = ServerAnchor()
+    anchor: ServerAnchor | None = None
     queue = NOT_QUEUED
     if request.contended and request.blocking:
         yield Subscribe(claim.channel)
@@ -158,7 +158,8 @@ def acquire_flow(request: AcquireRequest, clock: Clock) -> Flow:
         queue = IN_QUEUE
         handoff = yield Wait(min(remaining, wait_ms / 1000 + EXPIRY_SLACK_S))
         if handoff is not None:
-            return Grant(claim, handoff.fence, anchor.grant_time(handoff))
+            granted = handoff.received_at if anchor is None else anchor.grant_time(handoff)
+            return Grant(claim, handoff.fence, granted)
 
 
 def release_flow(claim: Claim, *, withdraw: bool = False, attempts: int = RELEASE_ATTEMPTS) -> Flow:

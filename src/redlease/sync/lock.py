@@ -46,6 +46,7 @@ from redlease.errors import LeaseLost, LockError, LockTimeout, NotReplicated, Se
 from redlease.keys import DEFAULT_PREFIX, LockKeys, ttl_to_ms
 from redlease.sync._flavor import (
     INTERRUPTIONS,
+    Worker,
     check_cancelled,
     current_owner,
     fire,
@@ -99,6 +100,10 @@ class Locks(LocksBase):
         self.renewer = Renewer(self)
         self.hooks = combine(hooks)
         self._watching = False
+        self.ready_publish: str | None = None
+        """The publish command once :meth:`commands` has run: later acquires skip the call."""
+        self._finishing: set[Worker] = set()
+        """Interrupted releases being sent again (kept here so that they run to the end)."""
         if sharded_pubsub is not None:
             self.pubsub_commands = PubSubCommands(sharded_pubsub)
         self.replica_template = ReplicaAcks(
@@ -190,6 +195,8 @@ class Locks(LocksBase):
         self.notifier = Notifier(self.client, self.commands, self.clock)
         self.renewer = Renewer(self)
         self._watching = False
+        self.ready_publish = None
+        self._finishing = set()
 
     def adopt(self, lease: Lease, role: str | None) -> bool:
         if super().adopt(lease, role) or (lease.renewing and not self.renewer.running()):
@@ -228,6 +235,7 @@ class Locks(LocksBase):
                 self.pubsub_commands = PubSubCommands(sharded=False)
             else:
                 self.pubsub_commands = PubSubCommands(sharded=True)
+        self.ready_publish = self.pubsub_commands.publish
         return self.pubsub_commands
 
     def _warn_if_evicting(self) -> None:
@@ -289,15 +297,36 @@ class Locks(LocksBase):
         return grant
 
     def give_back(self, owner: LeasedBase[Any], lease: Lease) -> ReleaseOutcome:
-        """Release a lease already taken off the books, and report how it ended."""
+        """Release a lease already taken off the books, and report how it ended.
+
+        The release runs inline (an asyncio shield would cost a task and two more loop turns
+        on every release). Only an interrupted release (a cancellation, Ctrl-C) pays more: it
+        is sent again in the background while the interruption goes on to the caller, and the
+        release latch gives the retry the same answer if the first attempt landed.
+        """
         try:
-            code = shielded(self.drive(release_flow(lease.claim)))
+            code = self.drive(release_flow(lease.claim))
+        except INTERRUPTIONS:
+            self._finish_in_background(lease.claim)
+            raise
         except ReplicaShortfall as short:
             logger.warning("release of %r: %s", lease.name, short)
             code = int(short.reply)
         outcome, callbacks = owner._finish_release(lease, code)
-        fire(lease, callbacks)
+        if callbacks:
+            fire(lease, callbacks)
         return outcome
+
+    def _finish_in_background(self, claim: Claim) -> None:
+        """Send an interrupted release again from a worker of its own (best effort)."""
+        self._finishing = {worker for worker in self._finishing if worker.alive()}
+        self._finishing.add(Worker(lambda: self._release_again(claim), "redlease-release"))
+
+    def _release_again(self, claim: Claim) -> None:
+        try:
+            self.drive(release_flow(claim))
+        except (Exception, ReplicaShortfall):
+            logger.debug("could not finish an interrupted release of %r", claim.keys.name)
 
     def _abandon(self, claim: Claim) -> None:
         """An interrupted acquire may have been granted or queued: undo both, best effort."""
@@ -390,9 +419,14 @@ class LeaseHandle(LockBase[LocksT]):
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        lease = self.lease
-        outcome = self.release()
+        owner = self._owner()
+        lease = self.locks.held(self.role, owner)
+        outcome = self._release_by(owner)
         self._lost_at_exit(lease, outcome, body_failed=exc_type is not None)
+
+    def _release_by(self, owner: Owner) -> ReleaseOutcome:
+        """:meth:`release` for the owner the caller already looked up (the block's exit)."""
+        return self.release()
 
 
 class Lock(LeaseHandle["Locks"]):
@@ -416,7 +450,10 @@ class Lock(LeaseHandle["Locks"]):
         ``timeout=None`` uses the lock's default, a negative one waits as long as it takes,
         ``0`` (or ``blocking=False``) tries once. Reentering a held lock only counts.
         """
-        owner, held, request = self._plan_acquire(blocking, timeout, self.commands())
+        publish = self.locks.ready_publish
+        if publish is None:
+            publish = self.commands()
+        owner, held, request = self._plan_acquire(blocking, timeout, publish)
         if held is not None:
             return held
         assert request is not None
@@ -428,7 +465,10 @@ class Lock(LeaseHandle["Locks"]):
         ``ReleaseOutcome.EXPIRED`` means the lease had already ended; the lease is then
         marked lost and its ``on_lost`` callbacks have run.
         """
-        lease = self._begin_release()
+        return self._release_by(self._owner())
+
+    def _release_by(self, owner: Owner) -> ReleaseOutcome:
+        lease = self._begin_release(owner)
         if lease is None:
             return ReleaseOutcome.STILL_HELD
         return self.locks.give_back(self, lease)

@@ -18,10 +18,13 @@ from redis.exceptions import AskError, NoScriptError
 from redlease.core.ops import RunScript
 from redlease.core.protocol import NETWORK_ERRORS
 from redlease.core.replication import ReplicaAcks
-from redlease.scripts import ScriptName
+from redlease.scripts import SHAS, ScriptName
 from redlease.sync._flavor import concurrently, is_cluster, node_of, refresh_topology
 
 Command = Sequence[str | int]
+SHA_OF: dict[int, str] = {id(script): sha for script, sha in SHAS.items()}
+"""Each script's SHA by the identity of its (singleton) enum member: hashing an enum member
+runs Python code, and this lookup is on every lock command."""
 
 
 class Scripts:
@@ -31,13 +34,16 @@ class Scripts:
         self._loaded: set[ScriptName] = set()
 
     def run(self, op: RunScript) -> Any:
+        """One script call; ``execute_command`` directly, as ``evalsha`` adds only wrappers."""
         if op.acks is not None:
             return self._acknowledged(op, op.acks)
+        keys = op.keys
+        execute: Any = self.client.execute_command  # untyped in the sync redis-py client
         try:
-            return self.client.evalsha(op.script.sha, len(op.keys), *op.keys, *op.args)
+            return execute("EVALSHA", SHA_OF[id(op.script)], len(keys), *keys, *op.args)
         except NoScriptError:
             self.client.script_load(op.script.source)
-            return self.client.evalsha(op.script.sha, len(op.keys), *op.keys, *op.args)
+            return execute("EVALSHA", SHA_OF[id(op.script)], len(keys), *keys, *op.args)
 
     def _acknowledged(self, op: RunScript, acks: ReplicaAcks) -> Any:
         """The script and WAIT (and WAITAOF) on one connection: WAIT counts its writes.
