@@ -18,7 +18,13 @@ from typing import Any
 import pytest
 
 from redlease.chaos.checks import Section, count_overlaps
-from redlease.chaos.soak import Injection, fence_order, key_kind, overlap_pairs, split_overlaps
+from redlease.chaos.soak_checks import (
+    Injection,
+    fence_order,
+    key_kind,
+    overlap_pairs,
+    split_overlaps,
+)
 from redlease.chaos.soak_worker import SoakSection, read_log
 
 
