@@ -90,9 +90,12 @@ def test_shared_server_runs_in_its_own_namespace(redlease_url: str) -> None:
     assert scenarios["pexpire"]["fenced_lost_updates"] == 0
 
 
-def test_server_scenarios_refuse_a_shared_server(redlease_url: str) -> None:
+@pytest.mark.parametrize("scenario", ["restart", "sentinel-failover", "partition"])
+def test_server_and_topology_scenarios_refuse_a_shared_server(
+    redlease_url: str, scenario: str
+) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "redlease", "chaos", "restart", "--url", redlease_url],
+        [sys.executable, "-m", "redlease", "chaos", scenario, "--url", redlease_url],
         capture_output=True,
         text=True,
         timeout=30,
@@ -225,15 +228,3 @@ def test_partitions_and_failovers_break_unfenced_locks_and_fencing_holds() -> No
 def test_proxied_scenarios_run_on_a_shared_server(redlease_url: str) -> None:
     report = _chaos("blackhole", "--url", redlease_url)
     _fenced_exact("blackhole", report["scenarios"]["blackhole"])
-
-
-def test_topology_scenarios_refuse_a_shared_server(redlease_url: str) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "redlease", "chaos", "sentinel-failover", "--url", redlease_url],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    assert done.returncode == 64
-    assert "private" in done.stderr
