@@ -184,7 +184,7 @@ REASONS = {
         "commands inside one script are cheap next to a round trip."
     ),
     "leftover": (
-        "Every release leaves a short-lived release latch (`…:latch:<token>`, 60 s) so "
+        "Every release leaves a short-lived release latch (`…:latch:<token>`, 10 s) so "
         "that a release retried after a lost reply gets the same answer; the keys expire "
         "on their own."
     ),
