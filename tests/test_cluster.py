@@ -316,7 +316,9 @@ async def test_clients_recover_after_their_slots_master_crashes(
     locks = await make_cluster_locks()
     key = f"{prefix}:{{ledger}}"
     crashed = cluster.master_for_key(key)
-    lease = await locks.lock("ledger", ttl=8, renew=True).acquire()
+    # The lease must outlive the failover, which on a loaded machine can take several
+    # elections (a master votes for one failover of a given master per 2 x node timeout).
+    lease = await locks.lock("ledger", ttl=20, renew=True).acquire()
     with node_client(crashed) as client:
         assert client.wait(1, 2000) == 1, "the replica has the grant before the crash"
 
