@@ -50,7 +50,7 @@ from typing import Any, cast
 
 import redis
 
-from counting import get_while_alive
+from counting import start_together
 from flash_buyer import MARIADB, POSTGRES_DSN, BuyerSpec, buyer_main
 from stats import median, percentile, rounded
 
@@ -68,9 +68,6 @@ APPROACHES = tuple(STORES)
 NEEDS_REDIS = frozenset({"redlease", "redis_lua", "segments"})
 SEGMENT_COUNTS = (1, 2, 4, 8)
 LUA = Path(__file__).resolve().parent / "lua" / "flash_decrement.lua"
-READY_TIMEOUT_S = 60.0
-RESULT_GRACE_S = 30.0
-START_DELAY_S = 0.2
 SPREAD_KEYS = ("buys_per_s_min", "buys_per_s_max", "oversold_max", "reps")
 
 
@@ -228,22 +225,11 @@ def _race(spec: BuyerSpec, buyers: int) -> tuple[float, list[dict[str, Any]]]:
         )
         for index in range(buyers)
     ]
-    for process in processes:
-        process.start()
     reports: list[dict[str, Any]] = []
     try:
-        for _ in processes:
-            get_while_alive(ready, processes, READY_TIMEOUT_S)
-        start_at.value = time.monotonic() + START_DELAY_S
-        go.set()
-        deadline = start_at.value + spec.seconds + RESULT_GRACE_S
-        for _ in processes:
-            reports.append(get_while_alive(results, processes, deadline - time.monotonic()))
+        reports = start_together(processes, ready, go, start_at, results, spec.seconds)
     except queue.Empty:
-        raise RunFailed(
-            f"{spec.approach}: {len(reports)} of {buyers} buyers reported; "
-            "one died or did not finish in time"
-        ) from None
+        raise RunFailed(f"{spec.approach}: a buyer died or did not finish in time") from None
     finally:
         for process in processes:
             process.join(10.0)

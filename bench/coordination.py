@@ -53,15 +53,12 @@ from coord_servers import (
     zookeeper_version,
 )
 from coord_worker import WorkerSpec, coordination_worker
-from counting import get_while_alive
+from counting import start_together
 from stats import median, percentile
 from uncontended import time_loop
 
 SYSTEMS = ("redlease", "redlock3", "redlock5", "zookeeper", "etcd", "zookeeper1", "etcd1")
 VALKEY_MASTERS = 5
-READY_TIMEOUT_S = 60.0
-RESULT_GRACE_S = 30.0
-START_DELAY_S = 0.2
 JOIN_S = 10.0
 
 
@@ -263,17 +260,9 @@ def _contend(target: Target, plan: Plan, counter_url: str, name: str) -> dict[st
         )
         for index, client in enumerate(target.worker_clients)
     ]
-    for process in processes:
-        process.start()
     reports: list[dict[str, Any]] = []
     try:
-        for _ in processes:
-            get_while_alive(ready, processes, READY_TIMEOUT_S)
-        start_at.value = time.monotonic() + START_DELAY_S
-        go.set()
-        deadline = start_at.value + plan.handoff_s + RESULT_GRACE_S
-        for _ in processes:
-            reports.append(get_while_alive(results, processes, deadline - time.monotonic()))
+        reports = start_together(processes, ready, go, start_at, results, plan.handoff_s)
     except queue.Empty:
         return {"error": f"{target.system}: a worker died or did not report in time"}
     finally:

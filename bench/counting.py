@@ -100,3 +100,27 @@ def get_while_alive(channel: Any, processes: list[Any], timeout_s: float) -> Any
             dead = any(not p.is_alive() and p.exitcode not in (0, None) for p in processes)
             if dead or time.monotonic() > deadline:
                 raise
+
+
+READY_TIMEOUT_S = 60.0
+RESULT_GRACE_S = 30.0
+START_DELAY_S = 0.2
+
+
+def start_together(
+    processes: list[Any], ready: Any, go: Any, start_at: Any, results: Any, seconds: float
+) -> list[Any]:
+    """Start spawned workers, release them at one shared start time, collect a report each.
+
+    Each worker puts on ``ready`` once set up, waits for ``go``, reads ``start_at`` (a
+    shared ``time.monotonic()`` value) and puts one report on ``results`` after
+    ``seconds``. Raises ``queue.Empty`` when one dies or is late.
+    """
+    for process in processes:
+        process.start()
+    for _ in processes:
+        get_while_alive(ready, processes, READY_TIMEOUT_S)
+    start_at.value = time.monotonic() + START_DELAY_S
+    go.set()
+    deadline = start_at.value + seconds + RESULT_GRACE_S
+    return [get_while_alive(results, processes, deadline - time.monotonic()) for _ in processes]
