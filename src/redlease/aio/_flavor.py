@@ -91,6 +91,21 @@ class Flag:
         return await _wait_event(self._event, timeout)
 
 
+class Bounded:
+    """Runs a call that must end by a deadline (a renewal round): past it, the call is
+    cancelled and the caller goes on, so no socket timeout can delay a lost-lease report."""
+
+    async def run(self, call: Callable[[], Awaitable[T]], timeout: float) -> T:
+        """``call()``'s result, or :class:`TimeoutError` once ``timeout`` seconds passed."""
+        try:
+            return await asyncio.wait_for(call(), max(timeout, 0.0))
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"no answer within {timeout:.3f} s") from None
+
+    def close(self) -> None:
+        """Nothing lingers in the asyncio flavour: a late call was cancelled."""
+
+
 async def concurrently(calls: Sequence[Callable[[], Awaitable[T]]]) -> list[T | BaseException]:
     """Run every call at once (tasks); each result, or the exception it raised."""
     return list(await asyncio.gather(*(call() for call in calls), return_exceptions=True))

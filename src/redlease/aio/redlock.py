@@ -22,7 +22,7 @@ from redlease.aio.lock import AsyncLeaseHandle, AsyncLocks
 from redlease.aio.renewer import AsyncRenewer
 from redlease.core.base import LocksBase, Owner, TokenFactory, random_token
 from redlease.core.hooks import Hooks, combine
-from redlease.core.lease import Lease, ReleaseOutcome
+from redlease.core.lease import Lease, ReleaseOutcome, drift_ms
 from redlease.core.ops import RunScript
 from redlease.core.protocol import (
     RELEASED,
@@ -34,7 +34,7 @@ from redlease.core.protocol import (
     extend_flow,
     release_flow,
 )
-from redlease.core.redlock import drift_ms, quorum, quorum_answer, tally_acquire
+from redlease.core.redlock import quorum, quorum_answer, tally_acquire
 from redlease.errors import InvalidArgument, LeaseLost, LockTimeout, ServerUnavailable
 from redlease.keys import DEFAULT_PREFIX
 from redlease.scripts import ScriptName
@@ -81,7 +81,13 @@ class AsyncRedlock(LocksBase):
         )
 
     def adopt(self, lease: Lease, role: str | None) -> bool:
-        if super().adopt(lease, role) or (lease.renewing and not self.renewer.running()):
+        if super().adopt(lease, role) or not self.renewer.running():
+            self.renewer.wake()
+            return True
+        return False
+
+    def reschedule(self, lease: Lease, sent_at: float) -> bool:
+        if super().reschedule(lease, sent_at):
             self.renewer.wake()
             return True
         return False
@@ -166,9 +172,7 @@ class AsyncRedlockLock(AsyncLeaseHandle[AsyncRedlock]):
                 if len(tally.fences) < tally.masters or min(tally.fences) < fence:
                     floor = RunScript(ScriptName.FENCE_FLOOR, (self.keys.fence,), (fence,))
                     await self.locks.each(partial(call_flow, floor, self.keys, "fence"))
-                lease = self._settle(owner, Grant(claim, fence, started), request, self.role)
-                lease.expires_at -= drift_ms(self.ttl_ms) / 1000
-                return lease
+                return self._settle(owner, Grant(claim, fence, started), request, self.role)
             await self.locks.each(lambda: release_flow(claim))
             if tally.reachable < self.locks.quorum:
                 raise ServerUnavailable(

@@ -12,7 +12,7 @@ from typing import TypeVar
 
 from redlease.core.base import LeasedBase, LockBase, LocksBase, Owner
 from redlease.core.claims import Claim, ExclusiveClaim, SharedClaim
-from redlease.core.lease import Lease, LostCallback
+from redlease.core.lease import Lease, LostCallback, local_deadline
 from redlease.errors import InvalidArgument, LockError, NotOwned
 from redlease.keys import LockKeys
 
@@ -82,6 +82,7 @@ class WriteLockBase(LockBase[LocksT]):
             acquired_at=lease.acquired_at,
             expires_at=lease.expires_at,
             renewing=lease.renewing,
+            clock=lease.clock,
         )
         self.locks.adopt(read, self.keys.lease + READ)
         return read, []
@@ -197,8 +198,9 @@ class MultiLockBase(LeasedBase[LocksT]):
                 owner=owner,
                 claim=claim,
                 acquired_at=sent_at,
-                expires_at=sent_at + self.ttl_ms / 1000,
+                expires_at=local_deadline(sent_at, self.ttl_ms),
                 renewing=self.renew,
+                clock=self.locks.clock,
             )
             self.locks.adopt(lease, None)
             leases.append(lease)

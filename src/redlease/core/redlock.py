@@ -10,19 +10,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from redlease.core.lease import drift_ms
 from redlease.core.protocol import NETWORK_ERRORS
 from redlease.errors import LockError
-
-DRIFT_FACTOR = 0.01
-DRIFT_FLOOR_MS = 2
 
 
 def quorum(masters: int) -> int:
     return masters // 2 + 1
-
-
-def drift_ms(ttl_ms: int) -> float:
-    return ttl_ms * DRIFT_FACTOR + DRIFT_FLOOR_MS
 
 
 @dataclass(frozen=True)

@@ -199,7 +199,13 @@ class Locks(LocksBase):
         self._finishing = set()
 
     def adopt(self, lease: Lease, role: str | None) -> bool:
-        if super().adopt(lease, role) or (lease.renewing and not self.renewer.running()):
+        if super().adopt(lease, role) or not self.renewer.running():
+            self.renewer.wake()
+            return True
+        return False
+
+    def reschedule(self, lease: Lease, sent_at: float) -> bool:
+        if super().reschedule(lease, sent_at):
             self.renewer.wake()
             return True
         return False
