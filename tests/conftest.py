@@ -85,6 +85,9 @@ class SyncLocksAdapter:
     def lock(self, name: str, **options: Any) -> SyncLockAdapter:
         return SyncLockAdapter(self, self.locks.lock(name, **options))
 
+    def fair_lock(self, name: str, **options: Any) -> SyncLockAdapter:
+        return SyncLockAdapter(self, self.locks.fair_lock(name, **options))
+
     async def aclose(self) -> None:
         await self.run(self.locks.close)
         self._executor.shutdown(wait=True)

@@ -79,16 +79,29 @@ class Wakeup:
 
 
 class Flag:
-    """A flag set once (a subscription confirmed) that a subscriber waits on with a timeout."""
+    """A flag set once (a subscription confirmed, or refused) that a subscriber waits on."""
 
     def __init__(self) -> None:
         self._event = asyncio.Event()
+        self._error: BaseException | None = None
 
     def set(self) -> None:
         self._event.set()
 
+    def fail(self, error: BaseException) -> None:
+        """Wake the subscriber with ``error`` (the server refused the subscription)."""
+        self._error = error
+        self._event.set()
+
+    def pending(self) -> bool:
+        return not self._event.is_set()
+
     async def wait(self, timeout: float) -> bool:
-        return await _wait_event(self._event, timeout)
+        """True once set, False after ``timeout``; raises the error it failed with."""
+        done = await _wait_event(self._event, timeout)
+        if self._error is not None:
+            raise self._error
+        return done
 
 
 class Bounded:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -22,9 +23,14 @@ class RunScript:
 
 @dataclass(frozen=True)
 class Subscribe:
-    """Start listening for wake-ups on a channel; done once the server confirmed it."""
+    """Start listening for wake-ups on a channel; done once the server confirmed it.
+
+    The driver answers True once confirmed, False when no confirmation came within
+    ``seconds`` (the caller's remaining time, or the notifier's own limit).
+    """
 
     channel: str
+    seconds: float = math.inf
 
 
 @dataclass(frozen=True)

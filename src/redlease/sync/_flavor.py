@@ -64,16 +64,29 @@ class Wakeup:
 
 
 class Flag:
-    """A flag set once (a subscription confirmed) that a subscriber waits on with a timeout."""
+    """A flag set once (a subscription confirmed, or refused) that a subscriber waits on."""
 
     def __init__(self) -> None:
         self._event = threading.Event()
+        self._error: BaseException | None = None
 
     def set(self) -> None:
         self._event.set()
 
+    def fail(self, error: BaseException) -> None:
+        """Wake the subscriber with ``error`` (the server refused the subscription)."""
+        self._error = error
+        self._event.set()
+
+    def pending(self) -> bool:
+        return not self._event.is_set()
+
     def wait(self, timeout: float) -> bool:
-        return self._event.wait(timeout)
+        """True once set, False after ``timeout``; raises the error it failed with."""
+        done = self._event.wait(timeout)
+        if self._error is not None:
+            raise self._error
+        return done
 
 
 ROUND_THREADS = 4

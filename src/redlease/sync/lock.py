@@ -40,7 +40,7 @@ from redlease.core.protocol import (
 )
 from redlease.core.renewal import renewal_answers, renewal_calls
 from redlease.core.replication import ReplicaAcks, ReplicaShortfall
-from redlease.core.subscriptions import PubSubCommands
+from redlease.core.subscriptions import PubSubCommands, has_sharded_pubsub, is_denied
 from redlease.core.templates import KeyTemplate
 from redlease.errors import LeaseLost, LockError, LockTimeout, NotReplicated, ServerUnavailable
 from redlease.keys import DEFAULT_PREFIX, LockKeys, ttl_to_ms
@@ -237,12 +237,22 @@ class Locks(LocksBase):
         if self.pubsub_commands is None:
             try:
                 self.client.spublish(f"{self.prefix}:{{probe}}:wake", "")
-            except ResponseError:
-                self.pubsub_commands = PubSubCommands(sharded=False)
+            except ResponseError as exc:
+                sharded = is_denied(exc) and self._server_has_sharded_pubsub()
+                self.pubsub_commands = PubSubCommands(sharded=sharded)
             else:
                 self.pubsub_commands = PubSubCommands(sharded=True)
         self.ready_publish = self.pubsub_commands.publish
         return self.pubsub_commands
+
+    def _server_has_sharded_pubsub(self) -> bool:
+        """The probe was denied (an ACL), which says nothing about the server: ask its
+        version (sharded pub/sub came with Redis 7.0; every Valkey has it)."""
+        try:
+            info = self.client.info("server")
+        except (ResponseError, *NETWORK_ERRORS):
+            return False
+        return has_sharded_pubsub(info)
 
     def _warn_if_evicting(self) -> None:
         """Say once if the server may evict keys: a lock evicted under memory pressure is
@@ -358,12 +368,17 @@ class Locks(LocksBase):
                     if isinstance(operation, RunScript):
                         reply = self.scripts.run(operation)
                     elif isinstance(operation, Subscribe):
-                        waiter = self.notifier.subscribe(operation.channel)
+                        if waiter is not None and waiter.channel != operation.channel:
+                            waiter.close()
+                            waiter = None
+                        if waiter is None:
+                            waiter = self.notifier.subscribe(operation.channel, operation.seconds)
+                        reply = waiter is not None
                     else:
                         assert waiter is not None
                         check_cancelled()
                         reply = waiter.wait(operation.seconds)
-                except NETWORK_ERRORS as exc:
+                except (*NETWORK_ERRORS, ReplicaShortfall) as exc:
                     error = exc
                 except ResponseError as exc:
                     if isinstance(operation, RunScript):
