@@ -162,6 +162,7 @@ class AsyncCountDownLatch:
             ScriptName.COUNTDOWN,
             (self.keys.count,),
             (operation, count, publish, self.keys.broadcast, ttl_ms),
+            idempotent=operation != "down",
         )
 
     async def _call(self, operation: str, count: int = 0, ttl_ms: int = 0) -> Any:

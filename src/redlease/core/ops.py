@@ -19,6 +19,9 @@ class RunScript:
     args: Sequence[str | int]
     acks: ReplicaAcks | None = None
     """Replicas that must confirm this lock write (see :mod:`redlease.core.replication`)."""
+    idempotent: bool = True
+    """Whether running it twice answers as running it once (the lock scripts are, by their
+    tokens and latches), so a call lost with its connection may be sent again."""
 
 
 @dataclass(frozen=True)

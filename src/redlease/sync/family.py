@@ -161,6 +161,7 @@ class CountDownLatch:
             ScriptName.COUNTDOWN,
             (self.keys.count,),
             (operation, count, publish, self.keys.broadcast, ttl_ms),
+            idempotent=operation != "down",
         )
 
     def _call(self, operation: str, count: int = 0, ttl_ms: int = 0) -> Any:
