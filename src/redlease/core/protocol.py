@@ -156,7 +156,7 @@ def acquire_flow(request: AcquireRequest, clock: Clock) -> Flow:
         remaining = deadline - clock()
         if not request.blocking or remaining <= 0:
             if queue != NOT_QUEUED:
-                yield from release_flow(claim, withdraw=True)
+                yield from release_flow(claim.without_acks(), withdraw=True)
             return None
         if queue == NOT_QUEUED:
             if not (yield from _subscribe(claim, deadline, clock)):
