@@ -26,6 +26,8 @@ invisible on a rendered page) changes how it runs:
   the reason, which is required.
 * ``<!-- doc-test: needs module, other -->``: skipped (with that reason) unless those
   modules can be imported, for examples of frameworks redlease does not install.
+* ``<!-- doc-test: pytest -->``: the block is a test module; it runs under pytest (with
+  redlease's plugin, ``REDIS_URL`` set to the test server), and must pass.
 * ``<!-- doc-test: continue -->``: runs after the previous Python block of the same file, in
   the same interpreter (that block and the ones it continues run first).
 * ``<!-- doc-test: setup`` … ``-->``: the comment's remaining lines are Python run before the
@@ -86,6 +88,7 @@ class Block:
     line: int
     source: str
     skip: str | None = None
+    pytest: bool = False
     needs: list[str] = field(default_factory=list)
     continues: bool = False
     setup: list[Piece] = field(default_factory=list)
@@ -174,6 +177,8 @@ def _apply_markers(block: Block, markers: list[tuple[int, str]], earlier: list[B
             if not reason:
                 raise MarkerError(f"{where}:{line}: a skip needs a reason: skip (why)")
             block.skip = reason
+        elif text == "pytest":
+            block.pytest = True
         elif word == "needs":
             block.needs.extend(module.strip() for module in rest.split(",") if module.strip())
         elif text == "continue":
@@ -234,6 +239,28 @@ def run_pieces(pieces: list[Piece], url: str, cwd: Path) -> subprocess.Completed
     )
 
 
+def run_as_test_module(block: Block, url: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run a block that is a test module under pytest (with redlease's plugin, on ``url``).
+
+    The module's lines keep their Markdown line numbers, so pytest's report points there.
+    """
+    if block.continues or block.setup:
+        raise MarkerError(f"{block.name}: a pytest block stands alone (no continue or setup)")
+    module = cwd / f"test_{block.path.stem.replace('-', '_')}_{block.line}.py"
+    module.write_text("\n" * (block.line - 1) + redirect(block.source, url))
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", module.name]
+    env = {**os.environ, "REDIS_URL": url}
+    return subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=BLOCK_TIMEOUT_S,
+        check=False,
+    )
+
+
 def collect() -> list[Block]:
     blocks: list[Block] = []
     for path in doc_files():
@@ -254,7 +281,10 @@ def test_block_runs(block: Block, redlease_url: str, tmp_path: Path) -> None:
     for module in block.needs:
         if importlib.util.find_spec(module) is None:
             pytest.skip(f"{block.name} needs {module}, which is not installed")
-    done = run_pieces(pieces_of(block), redlease_url, tmp_path)
+    if block.pytest:
+        done = run_as_test_module(block, redlease_url, tmp_path)
+    else:
+        done = run_pieces(pieces_of(block), redlease_url, tmp_path)
     if done.returncode != 0:
         pytest.fail(
             f"the Python block at {block.name} failed (exit {done.returncode}):\n"
