@@ -28,6 +28,8 @@ invisible on a rendered page) changes how it runs:
   modules can be imported, for examples of frameworks redlease does not install.
 * ``<!-- doc-test: pytest -->``: the block is a test module; it runs under pytest (with
   redlease's plugin, ``REDIS_URL`` set to the test server), and must pass.
+* ``<!-- doc-test: servers N -->``: the block names N distinct ``redis://`` URLs (Redlock's
+  independent masters); each gets a private server of its own, started for the session.
 * ``<!-- doc-test: continue -->``: runs after the previous Python block of the same file, in
   the same interpreter (that block and the ones it continues run first).
 * ``<!-- doc-test: setup`` … ``-->``: the comment's remaining lines are Python run before the
@@ -89,6 +91,7 @@ class Block:
     source: str
     skip: str | None = None
     pytest: bool = False
+    servers: int = 0
     needs: list[str] = field(default_factory=list)
     continues: bool = False
     setup: list[Piece] = field(default_factory=list)
@@ -177,6 +180,8 @@ def _apply_markers(block: Block, markers: list[tuple[int, str]], earlier: list[B
             if not reason:
                 raise MarkerError(f"{where}:{line}: a skip needs a reason: skip (why)")
             block.skip = reason
+        elif word == "servers" and rest.strip().isdigit():
+            block.servers = int(rest)
         elif text == "pytest":
             block.pytest = True
         elif word == "needs":
@@ -203,25 +208,42 @@ def pieces_of(block: Block) -> list[Piece]:
     return [*before, *block.setup, own]
 
 
-def redirect(source: str, url: str) -> str:
-    """The source with every Redis address it names turned into ``url`` (same lines)."""
-    redirected = _URL.sub(_PLACEHOLDER, source)
-    redirected = _REDIS_CALL.sub(f'Redis.from_url("{_PLACEHOLDER}", ', redirected)
+def redirect(source: str, url: str, masters: dict[str, str] | None = None) -> str:
+    """The source with every Redis address it names turned into ``url`` (same lines).
+
+    ``masters`` sends each URL it maps to a server of its own instead.
+    """
+    names = list(masters or {})
+
+    def mark(found: re.Match[str]) -> str:
+        address = found.group()
+        return f"{_PLACEHOLDER}{names.index(address)}_" if address in names else _PLACEHOLDER
+
+    redirected = _REDIS_CALL.sub(f'Redis.from_url("{_PLACEHOLDER}", ', _URL.sub(mark, source))
     elsewhere = _ELSEWHERE.search(redirected)
     if elsewhere:
         raise AssertionError(
             f"the block names a server the test cannot redirect ({elsewhere.group()!r}); "
             "write it with a redis:// URL or redis.Redis() instead"
         )
+    for index, name in enumerate(names):
+        redirected = redirected.replace(f"{_PLACEHOLDER}{index}_", (masters or {})[name])
     return redirected.replace(_PLACEHOLDER, url)
 
 
-def run_pieces(pieces: list[Piece], url: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def urls_of(pieces: list[Piece]) -> list[str]:
+    """The distinct ``redis://`` URLs the pieces name, in order of appearance."""
+    return list(dict.fromkeys(found for piece in pieces for found in _URL.findall(piece.source)))
+
+
+def run_pieces(
+    pieces: list[Piece], url: str, cwd: Path, masters: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     payload = [
         {
             "path": str(piece.path),
             "line": piece.line,
-            "source": redirect(piece.source, url),
+            "source": redirect(piece.source, url, masters),
             "label": piece.label,
         }
         for piece in pieces
@@ -261,6 +283,19 @@ def run_as_test_module(block: Block, url: str, cwd: Path) -> subprocess.Complete
     )
 
 
+def own_servers(
+    block: Block, pieces: list[Piece], request: pytest.FixtureRequest
+) -> dict[str, str] | None:
+    """For a ``servers N`` block: each of its N distinct URLs on a private server of its own."""
+    if not block.servers:
+        return None
+    names = urls_of(pieces)
+    if len(names) != block.servers:
+        raise MarkerError(f"{block.name}: 'servers {block.servers}' but it names {names}")
+    factory = request.getfixturevalue("redlease_servers_factory")
+    return {name: server.url for name, server in zip(names, factory(block.servers))}
+
+
 def collect() -> list[Block]:
     blocks: list[Block] = []
     for path in doc_files():
@@ -275,7 +310,9 @@ BLOCKS = collect()
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[block.name for block in BLOCKS])
-def test_block_runs(block: Block, redlease_url: str, tmp_path: Path) -> None:
+def test_block_runs(
+    block: Block, redlease_url: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     if block.skip:
         pytest.skip(f"{block.name}: {block.skip}")
     for module in block.needs:
@@ -284,7 +321,8 @@ def test_block_runs(block: Block, redlease_url: str, tmp_path: Path) -> None:
     if block.pytest:
         done = run_as_test_module(block, redlease_url, tmp_path)
     else:
-        done = run_pieces(pieces_of(block), redlease_url, tmp_path)
+        pieces = pieces_of(block)
+        done = run_pieces(pieces, redlease_url, tmp_path, own_servers(block, pieces, request))
     if done.returncode != 0:
         pytest.fail(
             f"the Python block at {block.name} failed (exit {done.returncode}):\n"
@@ -301,7 +339,7 @@ def test_markers_are_understood(path: Path) -> None:
 def test_the_pages_have_blocks_to_run() -> None:
     """The extraction finds the README tour and the guides' examples (it cannot go quiet)."""
     names = {block.path.name for block in BLOCKS if not block.skip}
-    assert {"README.md", "fencing.md", "observability.md"} <= names
+    assert {"README.md", "fencing.md", "migrating.md", "which-lock.md"} <= names
 
 
 SAMPLE = """\
@@ -352,6 +390,20 @@ def test_a_failing_block_is_named_by_file_and_line(tmp_path: Path) -> None:
     assert listed.source == "r = redis.Redis(decode_responses=True)\n"
     assert redirect(listed.source, "redis://x:1/0") == (
         'r = redis.Redis.from_url("redis://x:1/0", decode_responses=True)\n'
+    )
+
+
+def test_each_master_of_a_servers_block_gets_its_own_url() -> None:
+    source = (
+        'Redlock(["redis://a:6379/0", "redis://b:6379/0"]); redis.Redis(); "redis://a:6379/0"\n'
+    )
+    masters = {
+        "redis://a:6379/0": "redis://127.0.0.1:1/0",
+        "redis://b:6379/0": "redis://127.0.0.1:2/0",
+    }
+    assert redirect(source, "redis://127.0.0.1:3/0", masters) == (
+        'Redlock(["redis://127.0.0.1:1/0", "redis://127.0.0.1:2/0"]); '
+        'redis.Redis.from_url("redis://127.0.0.1:3/0", ); "redis://127.0.0.1:1/0"\n'
     )
 
 
