@@ -65,12 +65,16 @@ _ELSEWHERE = re.compile(r"localhost|127\.0\.0\.1|:6379\b|[(,]\s*(?:host|port)\s*
 _PLACEHOLDER = "__redlease_doc_test_url__"
 
 RUNNER = """
-import json, sys
+import json, sys, traceback
 namespace = {"__name__": "__main__", "__builtins__": __builtins__}
 for piece in json.load(sys.stdin):
     print(f"--- {piece['label']}", file=sys.stderr, flush=True)
     code = compile("\\n" * (piece["line"] - 1) + piece["source"], piece["path"], "exec")
-    exec(code, namespace)
+    try:
+        exec(code, namespace)
+    except Exception as error:  # the traceback from the Markdown line on, without this runner
+        traceback.print_exception(type(error), error, error.__traceback__.tb_next)
+        sys.exit(1)
 """
 
 
