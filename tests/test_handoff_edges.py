@@ -4,17 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
-from test_replication import REPLICA_TIMEOUT, pair  # noqa: F401 - the fixture
 
 from redlease import LockTimeout, NotReplicated, ReleaseOutcome
-
-WAITER = str(Path(__file__).with_name("proc_waiter.py"))
+from test_replication import REPLICA_TIMEOUT, pair  # noqa: F401 - the fixture
+from test_wakeups import start_waiter
 
 
 async def queued(client, queue: str, count: int) -> None:
@@ -25,7 +21,9 @@ async def queued(client, queue: str, count: int) -> None:
 
 
 async def test_a_handed_over_lease_is_confirmed_by_the_replicas_or_rolled_back(
-    make_locks, pair, prefix  # noqa: F811
+    make_locks,
+    pair,
+    prefix,  # noqa: F811
 ):
     holder = await make_locks(pair.master.url)
     waiter = await make_locks(pair.master.url, replicas=1, replica_timeout=REPLICA_TIMEOUT)
@@ -64,14 +62,9 @@ async def test_a_waiter_paused_through_its_hand_off_never_gets_a_dead_lease(
     holder = await make_locks()
     lock = holder.lock("paused", ttl=30)
     await lock.acquire()
-    process = subprocess.Popen(
-        [sys.executable, WAITER, redlease_url, prefix, "paused", "--flavor", flavor, "--ttl", "1"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    process = start_waiter(redlease_url, prefix, "paused", flavor, "--ttl", "1")
     try:
         assert process.stdout is not None
-        assert process.stdout.readline().strip() == "WAITING"
         await queued(server, f"{prefix}:{{paused}}:queue", 1)
         process.send_signal(signal.SIGSTOP)
         await lock.release()  # handed to the paused waiter, with its 1 s lease

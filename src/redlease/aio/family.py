@@ -61,6 +61,13 @@ class AsyncWriteLock(WriteLockBase["AsyncLocks"], AsyncLock):
     async def owned(self) -> bool:
         return self._is_ours(await self.locks.client.get(self.keys.writer))
 
+    async def _release_by(self, owner: Owner) -> ReleaseOutcome:
+        reader = self._downgraded_reader(owner)
+        if reader is not None:
+            assert isinstance(reader, AsyncReadLock)
+            return await reader._release_by(owner)
+        return await super()._release_by(owner)
+
     async def downgrade(self) -> Lease:
         """Turn the held write lease into a read lease, letting waiting readers in.
 
@@ -81,6 +88,7 @@ class AsyncReadWriteLock:
     def __init__(self, locks: AsyncLocks, name: str, **options: Any) -> None:
         self.read = AsyncReadLock(locks, name, **options)
         self.write = AsyncWriteLock(locks, name, **options)
+        self.write.reader = self.read
         self.name = self.read.name
 
 

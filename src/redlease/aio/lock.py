@@ -117,7 +117,7 @@ class AsyncLocks(LocksBase):
         *,
         ttl: float | None = None,
         renew: bool | None = None,
-        timeout: float = -1,
+        timeout: float | None = -1,
         blocking: bool = True,
         owner: Hashable | None = None,
         replicas: int | None = None,
@@ -167,7 +167,7 @@ class AsyncLocks(LocksBase):
         template: str,
         *,
         ttl: float | None = None,
-        timeout: float = -1,
+        timeout: float | None = -1,
         blocking: bool = True,
     ) -> Callable[[F], F]:
         """Decorate a function so each call runs under the lock named by ``template``.
@@ -457,7 +457,7 @@ class AsyncLock(AsyncLeaseHandle["AsyncLocks"]):
     ``ttl`` is the lease length in seconds (millisecond precision). Without it the lease
     is 30 s and renewed by the client's renewal worker while held; with it the lease
     ends after ``ttl`` unless ``renew=True``. ``timeout`` is how long ``acquire`` and
-    ``async with`` wait by default: ``-1`` as long as it takes, ``0`` a single try.
+    ``async with`` wait by default: ``-1`` (or ``None``) as long as it takes, ``0`` one try.
     The owner, for reentrancy and release, is the current task unless ``owner`` is given.
     Waiters queue; a release hands the lock straight to the first live one, though a
     newcomer may take a lock it finds free (see :class:`AsyncFairLock` for strict order).

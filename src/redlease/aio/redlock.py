@@ -72,7 +72,7 @@ class AsyncRedlock(LocksBase):
         *,
         ttl: float | None = None,
         renew: bool | None = None,
-        timeout: float = -1,
+        timeout: float | None = -1,
         blocking: bool = True,
         owner: Hashable | None = None,
     ) -> AsyncRedlockLock:

@@ -28,6 +28,8 @@ from redlease.core.subscriptions import PubSubCommands
 from redlease.errors import InvalidArgument, LeaseLost, LockTimeout, NotOwned
 from redlease.keys import DEFAULT_PREFIX, LockKeys, ttl_to_ms, validate_name, validate_prefix
 
+WAIT_FOREVER = -1.0
+"""A lock's default ``timeout``: ``None`` means it too, as it does for ``acquire``."""
 CONTENDED_HINT_S = 1.0
 DEFAULT_REPLICA_TIMEOUT_MS = 1000
 DEFAULT_TTL = 30.0
@@ -216,7 +218,7 @@ class LeasedBase(Generic[LocksT]):
         *,
         ttl: float | None = None,
         renew: bool | None = None,
-        timeout: float = -1,
+        timeout: float | None = -1,
         blocking: bool = True,
         owner: Hashable | None = None,
         replicas: int | None = None,
@@ -226,7 +228,7 @@ class LeasedBase(Generic[LocksT]):
         self.name = self.keys.name
         self.ttl_ms = DEFAULT_TTL_MS if ttl is None else ttl_to_ms(ttl)
         self.renew = ttl is None if renew is None else bool(renew)
-        self.timeout = check_timeout(timeout)
+        self.timeout = WAIT_FOREVER if timeout is None else check_timeout(timeout)
         self.blocking = bool(blocking)
         self._explicit_owner = None if owner is None else Owner("owner", owner)
         self.acks = locks.acks if replicas is None else locks.replica_acks(replicas)

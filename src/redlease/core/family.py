@@ -42,6 +42,24 @@ class WriteLockBase(LockBase[LocksT]):
     role_suffix = WRITE
     kind = "write"
 
+    def __init__(self, locks: LocksT, name: str, **options: object) -> None:
+        super().__init__(locks, name, **options)  # type: ignore[arg-type]
+        self.reader: LockBase[LocksT] | None = None
+        """The read side of the same read-write lock (set by the read-write lock)."""
+        self._downgraded: set[str] = set()
+        """Tokens of write holds downgraded into read holds, not yet released."""
+
+    def _downgraded_reader(self, owner: Owner) -> LockBase[LocksT] | None:
+        """The read side, when ``owner``'s write hold was downgraded into a read hold there:
+        releasing the write side (the end of its ``with`` block) then ends that read hold."""
+        if self.reader is None or self.locks.held(self.role, owner) is not None:
+            return None
+        read = self.locks.held(self.keys.lease + READ, owner)
+        if read is None or read.token not in self._downgraded:
+            return None
+        self._downgraded.discard(read.token)
+        return self.reader
+
     def _claim(self, token: str, publish: str) -> Claim:
         if self.locks.held(self.keys.lease + READ, self._owner()) is not None:
             raise LockError(
@@ -85,6 +103,7 @@ class WriteLockBase(LockBase[LocksT]):
             clock=lease.clock,
         )
         self.locks.adopt(read, self.keys.lease + READ)
+        self._downgraded.add(read.token)
         return read, []
 
 

@@ -62,6 +62,13 @@ class WriteLock(WriteLockBase["Locks"], Lock):
     def owned(self) -> bool:
         return self._is_ours(self.locks.client.get(self.keys.writer))
 
+    def _release_by(self, owner: Owner) -> ReleaseOutcome:
+        reader = self._downgraded_reader(owner)
+        if reader is not None:
+            assert isinstance(reader, ReadLock)
+            return reader._release_by(owner)
+        return super()._release_by(owner)
+
     def downgrade(self) -> Lease:
         """Turn the held write lease into a read lease, letting waiting readers in.
 
@@ -82,6 +89,7 @@ class ReadWriteLock:
     def __init__(self, locks: Locks, name: str, **options: Any) -> None:
         self.read = ReadLock(locks, name, **options)
         self.write = WriteLock(locks, name, **options)
+        self.write.reader = self.read
         self.name = self.read.name
 
 

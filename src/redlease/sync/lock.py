@@ -118,7 +118,7 @@ class Locks(LocksBase):
         *,
         ttl: float | None = None,
         renew: bool | None = None,
-        timeout: float = -1,
+        timeout: float | None = -1,
         blocking: bool = True,
         owner: Hashable | None = None,
         replicas: int | None = None,
@@ -168,7 +168,7 @@ class Locks(LocksBase):
         template: str,
         *,
         ttl: float | None = None,
-        timeout: float = -1,
+        timeout: float | None = -1,
         blocking: bool = True,
     ) -> Callable[[F], F]:
         """Decorate a function so each call runs under the lock named by ``template``.
@@ -456,7 +456,7 @@ class Lock(LeaseHandle["Locks"]):
     ``ttl`` is the lease length in seconds (millisecond precision). Without it the lease
     is 30 s and renewed by the client's renewal worker while held; with it the lease
     ends after ``ttl`` unless ``renew=True``. ``timeout`` is how long ``acquire`` and
-    ``with`` wait by default: ``-1`` as long as it takes, ``0`` a single try.
+    ``with`` wait by default: ``-1`` (or ``None``) as long as it takes, ``0`` one try.
     The owner, for reentrancy and release, is the current thread unless ``owner`` is given.
     Waiters queue; a release hands the lock straight to the first live one, though a
     newcomer may take a lock it finds free (see :class:`FairLock` for strict order).

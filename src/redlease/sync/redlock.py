@@ -73,7 +73,7 @@ class Redlock(LocksBase):
         *,
         ttl: float | None = None,
         renew: bool | None = None,
-        timeout: float = -1,
+        timeout: float | None = -1,
         blocking: bool = True,
         owner: Hashable | None = None,
     ) -> RedlockLock:
