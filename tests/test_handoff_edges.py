@@ -9,7 +9,7 @@ import time
 import pytest
 
 from redlease import LockTimeout, NotReplicated, ReleaseOutcome
-from test_replication import REPLICA_TIMEOUT, pair  # noqa: F401 - the fixture
+from test_replication import REPLICA_TIMEOUT
 from test_wakeups import start_waiter
 
 
@@ -23,7 +23,7 @@ async def queued(client, queue: str, count: int) -> None:
 async def test_a_handed_over_lease_is_confirmed_by_the_replicas_or_rolled_back(
     make_locks,
     pair,
-    prefix,  # noqa: F811
+    prefix,
 ):
     holder = await make_locks(pair.master.url)
     waiter = await make_locks(pair.master.url, replicas=1, replica_timeout=REPLICA_TIMEOUT)
@@ -42,7 +42,7 @@ async def test_a_handed_over_lease_is_confirmed_by_the_replicas_or_rolled_back(
         pair.replica.resume()
 
 
-async def test_a_queued_attempt_never_raises_not_replicated(make_locks, pair, prefix):  # noqa: F811
+async def test_a_queued_attempt_never_raises_not_replicated(make_locks, pair, prefix):
     holder = await make_locks(pair.master.url)
     waiter = await make_locks(pair.master.url, replicas=1, replica_timeout=REPLICA_TIMEOUT)
     lock = holder.lock("busy", ttl=30)

@@ -109,7 +109,10 @@ class Bounded:
         """``call()``'s result, or :class:`TimeoutError` once ``timeout`` seconds passed."""
         if self._executor is None:
             self._executor = ThreadPoolExecutor(ROUND_THREADS, thread_name_prefix="redlease-round")
-        future = self._executor.submit(call)
+        try:
+            future = self._executor.submit(call)
+        except RuntimeError:  # closed meanwhile: the client is shutting down
+            raise TimeoutError("the client is closing") from None
         try:
             return future.result(max(timeout, 0.0))
         except FutureTimeout:
