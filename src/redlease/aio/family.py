@@ -18,13 +18,9 @@ from redlease.core.family import (
 )
 from redlease.core.hooks import ACQUIRED, ERROR, TIMEOUT
 from redlease.core.lease import Lease, ReleaseOutcome
+from redlease.core.multi import multi_acquire_flow
 from redlease.core.ops import RunScript
-from redlease.core.protocol import (
-    call_flow,
-    latch_wait_flow,
-    multi_acquire_flow,
-    release_flow,
-)
+from redlease.core.protocol import call_flow, latch_wait_flow, release_flow
 from redlease.errors import InvalidArgument, LeaseLost, LockTimeout
 from redlease.keys import ttl_to_ms
 from redlease.scripts import ScriptName
@@ -197,7 +193,8 @@ class AsyncMultiLock(MultiLockBase["AsyncLocks"]):
         publish = await self.locks.publish_for(self)
         claims = self._claims(owner, publish)
         request = self._request(claims[0], blocking, timeout)
-        flow = multi_acquire_flow(claims, self.locks.atomic_multi, request, self.locks.clock)
+        atomic = self.locks.atomic_for(self.all_keys)
+        flow = multi_acquire_flow(claims, atomic, request, self.locks.clock)
         try:
             result = await self.locks.drive(flow)
         except BaseException as exc:

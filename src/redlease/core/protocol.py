@@ -195,7 +195,7 @@ def _attempt(claim: Claim, queue: str, clock: Clock) -> Flow:
     if status == -1:
         raise _foreign(operation, reply)
     if status == -2:
-        raise _fence_error(claim.keys, _text(value))
+        raise fence_error(claim.keys, text_of(value))
     return Refusal(int(value) / 1000 + EXPIRY_SLACK_S, ServerAnchor(sent_at, int(reply[2])))
 
 
@@ -320,7 +320,7 @@ def release_reason(code: int) -> str | None:
     return "the lease had expired (or was deleted) before the release"
 
 
-def _fence_error(keys: LockKeys, message: str) -> Exception:
+def fence_error(keys: LockKeys, message: str) -> Exception:
     if "overflow" in message:
         return FenceExhausted(
             f"fencing counter {keys.fence!r} of lock {keys.name!r} is at its maximum; "
@@ -345,80 +345,11 @@ def _foreign(operation: RunScript, reply: list[Any]) -> WrongKeyType:
     """The error for a ``{-1, type, key index}`` reply: another program's value is there."""
     index = int(reply[2]) if len(reply) > 2 else 1
     expected = EXPECTED_TYPES.get(operation.script, ("lease",) * 3)[index - 1]
-    return WrongKeyType(operation.keys[index - 1], _text(reply[1]), expected)
+    return WrongKeyType(operation.keys[index - 1], text_of(reply[1]), expected)
 
 
-def _text(value: object) -> str:
+def text_of(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def multi_acquire_flow(
-    claims: list[Claim], atomic: bool, request: AcquireRequest, clock: Clock
-) -> Flow:
-    """Take every claim or none: ``(fences in the claims' order, sent_at)``, or ``None``.
-
-    Claims come sorted by name: that is the global order every multi-lock follows. With
-    ``atomic`` (one server, or one slot) a single script takes all of them when all are
-    free. Otherwise, or while some are busy, the flow blocks on the first busy lock in
-    order, holding only locks that come before it (it lets go of later ones first), so two
-    multi-locks can never wait on each other. A timeout gives everything back.
-    """
-    deadline = math.inf if request.timeout is None else clock() + request.timeout
-    fences: dict[int, int] = {}
-    granted_at: dict[int, float] = {}
-    while True:
-        busy = next((index for index in range(len(claims)) if index not in fences), 0)
-        if atomic:
-            sent_at = clock()
-            try:
-                reply = yield _multi_op(claims)
-            except NETWORK_ERRORS as exc:
-                yield from _give_back(claims, fences)
-                raise unavailable(claims[0].keys, "acquire", exc) from exc
-            status = int(reply[0])
-            if status == 1:
-                return [fences.get(i) or int(f) for i, f in enumerate(reply[1:])], sent_at
-            if status < 0:
-                yield from _give_back(claims, fences)
-                index = int(reply[1]) - 1
-                if status == -2:
-                    raise _fence_error(claims[index].keys, _text(reply[2]))
-                raise WrongKeyType(claims[index].keys.lease, _text(reply[2]), "lease string")
-            busy = int(reply[1]) - 1
-        remaining = deadline - clock()
-        if atomic and (not request.blocking or remaining <= 0):
-            yield from _give_back(claims, fences)
-            return None
-        later = {index: fence for index, fence in fences.items() if index > busy}
-        yield from _give_back(claims, later)
-        for index in later:
-            del fences[index]
-            granted_at.pop(index, None)
-        step = AcquireRequest(
-            claims[busy],
-            blocking=request.blocking and remaining > 0,
-            timeout=None if math.isinf(remaining) else max(remaining, 0.0),
-        )
-        grant = yield from acquire_flow(step, clock)
-        if grant is None:
-            yield from _give_back(claims, fences)
-            return None
-        fences[busy] = grant.fence
-        granted_at[busy] = grant.sent_at
-        if not atomic and len(fences) == len(claims):
-            return [fences[index] for index in range(len(claims))], min(granted_at.values())
-
-
-def _multi_op(claims: list[Claim]) -> RunScript:
-    keys: list[str] = []
-    for claim in claims:
-        keys += [claim.keys.lease, claim.keys.fence]
-    return RunScript(ScriptName.MULTI_ACQUIRE, keys, (claims[0].token, claims[0].ttl_ms))
-
-
-def _give_back(claims: list[Claim], held: dict[int, int]) -> Flow:
-    for index in sorted(held, reverse=True):
-        yield from release_flow(claims[index])
 
 
 def latch_wait_flow(

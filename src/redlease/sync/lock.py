@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -25,6 +25,7 @@ from redlease.core.base import (
 from redlease.core.claims import Claim
 from redlease.core.hooks import ERROR, Hooks, combine
 from redlease.core.lease import Lease, ReleaseOutcome
+from redlease.core.multi import one_slot
 from redlease.core.ops import RunScript, Subscribe
 from redlease.core.protocol import (
     NETWORK_ERRORS,
@@ -285,10 +286,9 @@ class Locks(LocksBase):
         except NETWORK_ERRORS as exc:
             raise unavailable(keys, "use", exc) from exc
 
-    @property
-    def atomic_multi(self) -> bool:
-        """Whether one script may take several locks at once (not across cluster slots)."""
-        return not self.scripts.cluster
+    def atomic_for(self, keys: Sequence[LockKeys]) -> bool:
+        """Whether one script may take these locks at once: one server, or one cluster slot."""
+        return not self.scripts.cluster or one_slot(keys)
 
     def obtain(self, owner: LeasedBase[Any], request: AcquireRequest) -> Grant | None:
         """Run an acquisition; an interrupted one gives back whatever it may have got."""
