@@ -8,6 +8,8 @@ enough for the fault to land between two rounds of one acquisition.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -125,3 +127,31 @@ async def test_a_taken_over_redlock_lease_is_reported_lost_after_a_failed_round(
         finally:
             await other.aclose()
             await holder.aclose()
+
+
+def test_a_forked_child_runs_its_own_redlock_rounds(redlease_servers_factory, prefix):
+    masters = redlease_servers_factory(3)
+    redlock = redlease.Redlock([server.url for server in masters], prefix=prefix)
+    with redlock.lock("parent", ttl=5):  # the parent's round started the shared pool
+        pass
+    pid = os.fork()
+    if pid == 0:  # the child: a new client, its own rounds
+        code = 1
+        try:
+            child = redlease.Redlock([server.url for server in masters], prefix=prefix)
+            with child.lock("child", ttl=5, timeout=3) as lease:
+                code = 0 if lease.fence >= 1 else 1
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 10
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("a Redlock round in the forked child hung")
+        time.sleep(0.02)
+    redlock.close()
+    assert os.waitstatus_to_exitcode(status) == 0

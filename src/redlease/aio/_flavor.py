@@ -170,6 +170,33 @@ async def master_moved(client: Any) -> bool:
 
 _node_clients: dict[str, Redis] = {}
 
+
+def current_loop() -> Any:
+    """The running event loop: an asyncio client works on one loop at a time."""
+    return asyncio.get_running_loop()
+
+
+def loop_is_over(loop: Any) -> bool:
+    """Whether a loop a client worked on is gone (closed, or no longer running), so the
+    client may move to the loop that runs now (``asyncio.run`` twice, a test client)."""
+    return bool(loop.is_closed() or not loop.is_running())
+
+
+def forget_connections(client: Any) -> None:
+    """Drop, without closing, every pooled connection: they belong to a loop that is gone."""
+    pools = [client.connection_pool] if not is_cluster(client) else []
+    if is_cluster(client):
+        pools += [
+            node.redis_connection.connection_pool
+            for node in client.get_nodes()
+            if node.redis_connection is not None
+        ]
+    pools += [node_client.connection_pool for node_client in _node_clients.values()]
+    _node_clients.clear()
+    for pool in pools:
+        pool.reset()
+
+
 Guard = asyncio.Lock
 sleep = asyncio.sleep
 

@@ -59,6 +59,11 @@ class RenewalSchedule:
             due = self._due[lease] = sent_at + lease.ttl / 3 if lease.renewing else math.inf
             return min(due, lease.expires_at) < self._planned
 
+    def leases(self) -> list[Lease]:
+        """Every lease watched now."""
+        with self._guard:
+            return list(self._due)
+
     def unregister(self, lease: Lease) -> None:
         """Stop watching at once; a renewal already in flight is ignored when it lands."""
         with self._guard:

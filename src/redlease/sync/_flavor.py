@@ -194,6 +194,22 @@ def refresh_topology(client: Any) -> None:
         client.nodes_manager.initialize()
 
 
+NO_LOOP: Any = None
+
+
+def current_loop() -> Any:
+    """Threads have no event loop: a sync client is never bound to one."""
+    return NO_LOOP
+
+
+def loop_is_over(loop: object) -> bool:
+    return True
+
+
+def forget_connections(client: Any) -> None:
+    """Nothing to forget: the sync flavour's connections belong to no loop."""
+
+
 Guard = threading.RLock
 sleep = time.sleep
 READ_POLL_S = 0.25

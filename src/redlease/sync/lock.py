@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Hashable, Iterable, Sequence
+from contextlib import suppress
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -35,6 +36,7 @@ from redlease.core.protocol import (
     Grant,
     acquire_flow,
     extend_flow,
+    give_back,
     refused,
     release_flow,
     unavailable,
@@ -43,14 +45,24 @@ from redlease.core.renewal import renewal_answers, renewal_calls
 from redlease.core.replication import ReplicaAcks, ReplicaShortfall
 from redlease.core.subscriptions import PubSubCommands, has_sharded_pubsub, is_denied
 from redlease.core.templates import KeyTemplate
-from redlease.errors import LeaseLost, LockError, LockTimeout, NotReplicated, ServerUnavailable
+from redlease.errors import (
+    InvalidArgument,
+    LeaseLost,
+    LockError,
+    LockTimeout,
+    NotReplicated,
+    ServerUnavailable,
+)
 from redlease.keys import DEFAULT_PREFIX, LockKeys, ttl_to_ms
 from redlease.sync._flavor import (
     INTERRUPTIONS,
     Worker,
     check_cancelled,
+    current_loop,
     current_owner,
     fire,
+    forget_connections,
+    loop_is_over,
     master_moved,
     shielded,
     wrap_locked,
@@ -105,6 +117,8 @@ class Locks(LocksBase):
         """The publish command once :meth:`commands` has run: later acquires skip the call."""
         self._finishing: set[Worker] = set()
         """Interrupted releases being sent again (kept here so that they run to the end)."""
+        self._loop: Any = None
+        """The event loop this client works on (moved when that loop is over)."""
         if sharded_pubsub is not None:
             self.pubsub_commands = PubSubCommands(sharded_pubsub)
         self.replica_template = ReplicaAcks(
@@ -199,6 +213,34 @@ class Locks(LocksBase):
         self.ready_publish = None
         self._finishing = set()
 
+    def _on_this_loop(self) -> None:
+        """Work on the running event loop: move here when the previous loop is over.
+
+        Moving drops the connections and workers of the old loop, and gives back, as lost,
+        every lease still held there (its tasks are gone), so no lock stays held for its
+        TTL by a request that can never release it. A loop still running elsewhere keeps
+        the client: one client serves one loop at a time.
+        """
+        loop = current_loop()
+        if loop is self._loop:
+            return
+        previous, self._loop = self._loop, loop
+        if previous is None:
+            return
+        if not loop_is_over(previous):
+            self._loop = previous
+            raise InvalidArgument(
+                "this Locks works on another event loop that is still running; "
+                "make one Locks and share it between threads (or use the sync Locks from threads)"
+            )
+        orphans = self.renewals.leases()
+        forget_connections(self.client)
+        self.after_fork()
+        for lease in orphans:
+            with suppress(LockError, *NETWORK_ERRORS, ReplicaShortfall):
+                self.drive(give_back(lease.claim))
+            fire(lease, lease.mark_lost("the event loop that held it is gone"))
+
     def adopt(self, lease: Lease, role: str | None) -> bool:
         if super().adopt(lease, role) or not self.renewer.running():
             self.renewer.wake()
@@ -231,6 +273,7 @@ class Locks(LocksBase):
 
     def commands(self) -> PubSubCommands:
         """Which pub/sub commands this server has; asked once per client."""
+        self._on_this_loop()
         if not self._watching:
             self.notifier.watch_master()
             self._warn_if_evicting()
@@ -354,6 +397,7 @@ class Locks(LocksBase):
 
     def drive(self, flow: Flow) -> Any:
         """Carry out a flow's operations until it returns; the waiter is always let go."""
+        self._on_this_loop()
         waiter: Waiter | None = None
         reply: Any = None
         error: BaseException | None = None
@@ -391,6 +435,7 @@ class Locks(LocksBase):
 
     def close(self) -> None:
         """Stop the workers (held leases are no longer renewed) and close an owned client."""
+        self._on_this_loop()
         self.renewer.stop()
         self.notifier.close()
         if self._owns_client:
@@ -506,6 +551,7 @@ class Lock(LeaseHandle["Locks"]):
 
     def locked(self) -> bool:
         """Whether anyone holds the lock right now."""
+        self.locks._on_this_loop()
         try:
             return bool(self.locks.client.exists(self.keys.lease))
         except NETWORK_ERRORS as exc:
@@ -513,6 +559,7 @@ class Lock(LeaseHandle["Locks"]):
 
     def owned(self) -> bool:
         """Whether the current owner holds the lock, as the server sees it."""
+        self.locks._on_this_loop()
         try:
             return self._is_ours(self.locks.client.get(self.keys.lease))
         except NETWORK_ERRORS as exc:
