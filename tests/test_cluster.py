@@ -413,3 +413,28 @@ def redlease_multi_sha() -> str:
     from redlease.scripts import ScriptName  # noqa: PLC0415
 
     return ScriptName.MULTI_ACQUIRE.sha
+
+
+async def test_a_cluster_node_url_without_cluster_true_is_followed(cluster, prefix, flavor):
+    names = names_on_every_master(cluster, prefix, per_master=1)
+    if flavor == "async":
+        locks: Any = redlease.AsyncLocks(cluster.url, prefix=prefix)
+        leases = [await locks.lock(name, ttl=10).acquire() for name in names]
+        for name in names:
+            await locks.lock(name).release()
+        await locks.aclose()
+    else:
+        sync_locks = redlease.Locks(cluster.url, prefix=prefix)
+        leases = await asyncio.to_thread(
+            lambda: [sync_locks.lock(name, ttl=10).acquire() for name in names]
+        )
+        await asyncio.to_thread(lambda: [sync_locks.lock(n).release() for n in names])
+        sync_locks.close()
+    assert [lease.fence for lease in leases] == [1] * len(names)
+
+
+def test_a_plain_client_on_a_cluster_node_gets_a_clear_error(cluster, prefix):
+    node = cluster.masters()[0]
+    with redlease.Locks(redis.Redis(port=node.port), prefix=prefix) as locks:
+        with pytest.raises(redlease.InvalidArgument, match="cluster=True"):
+            locks.lock("anything").acquire(timeout=0)

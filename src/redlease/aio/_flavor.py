@@ -10,10 +10,9 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from redis.asyncio import ConnectionPool, Redis
-from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from redlease.compat import AsyncClusterClients, library_of
 from redlease.core.base import Owner
 from redlease.core.lease import Lease, LostCallback, run_callbacks
 from redlease.errors import InvalidArgument, LockError
@@ -22,6 +21,8 @@ logger = logging.getLogger("redlease")
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 _background: set[asyncio.Task[Any]] = set()
+ASYNCIO = True
+"""This flavour's clients are ``redis.asyncio`` (or ``valkey.asyncio``) clients."""
 INTERRUPTIONS = (asyncio.CancelledError, KeyboardInterrupt)
 """What can cut an acquire short after the server may already have granted it."""
 
@@ -125,7 +126,7 @@ async def concurrently(calls: Sequence[Callable[[], Awaitable[T]]]) -> list[T | 
 
 
 def is_cluster(client: Any) -> bool:
-    return isinstance(client, RedisCluster)
+    return isinstance(client, AsyncClusterClients)
 
 
 async def node_of(client: Any, key: str) -> tuple[str, Callable[[], Any], Any]:
@@ -140,8 +141,12 @@ async def node_of(client: Any, key: str) -> tuple[str, Callable[[], Any], Any]:
     await client.initialize()
     node = client.get_node_from_key(key)
     if node.name not in _node_clients:
-        pool = ConnectionPool(connection_class=node.connection_class, **node.connection_kwargs)
-        _node_clients[node.name] = Redis(connection_pool=pool)
+        library = library_of(client).asyncio
+        pool = library.ConnectionPool(
+            connection_class=node.connection_class, **node.connection_kwargs
+        )
+        client_class = getattr(library, "Redis", None) or library.Valkey
+        _node_clients[node.name] = client_class(connection_pool=pool)
     return (
         node.name,
         lambda: node.connection_class(**node.connection_kwargs),
@@ -168,7 +173,7 @@ async def master_moved(client: Any) -> bool:
     return before is not None and await ask() != before
 
 
-_node_clients: dict[str, Redis] = {}
+_node_clients: dict[str, Any] = {}
 
 
 def current_loop() -> Any:

@@ -15,8 +15,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from redis.exceptions import ResponseError
-
 from redlease.aio._flavor import (
     Flag,
     Guard,
@@ -29,6 +27,7 @@ from redlease.aio._flavor import (
     refresh_topology,
     sleep,
 )
+from redlease.compat import ResponseErrors
 from redlease.core.protocol import NETWORK_ERRORS, Clock, Handoff
 from redlease.core.subscriptions import (
     ChannelBook,
@@ -44,6 +43,8 @@ CONFIRM_TIMEOUT_S = 10.0
 SENTINEL_LINK = "sentinel"
 SWITCH_MASTER = "+switch-master"
 """What a sentinel publishes when it promoted a new master."""
+LINK_ERRORS: tuple[type[BaseException], ...] = (*NETWORK_ERRORS, ConnectionError)
+"""What ends a pub/sub link: the client's network errors, or a move the notifier asked for."""
 RECONNECT_DELAYS = (0.05, 0.1, 0.2, 0.5) + (1.0,) * 60
 """About a minute of attempts before the notifier gives up (waiters still wake on TTL)."""
 
@@ -123,7 +124,7 @@ class AsyncNotifier:
             confirmed = self._confirmed[channel]
         try:
             ok = await confirmed.wait(min(timeout, CONFIRM_TIMEOUT_S))
-        except ResponseError as exc:
+        except ResponseErrors as exc:
             await self.leave(waiter)
             raise ServerRefused(refusal(channel, exc)) from exc
         except BaseException:
@@ -218,10 +219,10 @@ class AsyncNotifier:
                 if link.stale:
                     raise ConnectionError("the server moved")
                 reply = await read_push(connection)
-            except ResponseError as exc:
+            except ResponseErrors as exc:
                 await self._refused(exc)
                 continue
-            except (*NETWORK_ERRORS, ConnectionError):
+            except LINK_ERRORS:
                 if self._closing or not await self._reconnect(link):
                     return
                 continue
@@ -248,7 +249,7 @@ class AsyncNotifier:
             elif (flag := self._confirmed.get(push.channel)) is not None:
                 flag.set()
 
-    async def _refused(self, error: ResponseError) -> None:
+    async def _refused(self, error: Exception) -> None:
         """An error reply on the pub/sub link answers a subscription (no permission): fail
         the subscriptions still waiting for their confirmation; the reader goes on."""
         async with self._guard:

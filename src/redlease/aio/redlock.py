@@ -112,6 +112,8 @@ class AsyncRedlock(LocksBase):
         return [quorum_answer([column[i] for column in answers]) for i in range(len(due))]
 
     async def aclose(self) -> None:
+        """Stop the renewal worker and close every master's client; no new lease after."""
+        self.closed = True
         await self.renewer.stop()
         for master in self.masters:
             await master.aclose()
@@ -161,6 +163,7 @@ class AsyncRedlockLock(AsyncLeaseHandle[AsyncRedlock]):
         return current_owner()
 
     async def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> Lease:
+        self.locks.refuse_if_closed()
         owner, held, request = self._plan_acquire(blocking, timeout, "publish")
         if held is not None:
             return held

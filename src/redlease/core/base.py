@@ -87,7 +87,17 @@ class LocksBase:
         self._host = socket.gethostname()
         self._token_tail = self._holder_tail()
         self._keys: dict[str, LockKeys] = {}
+        self.closed = False
+        """Set by ``close()``: no new lease is granted from then on."""
         _clients.add(self)
+
+    def refuse_if_closed(self) -> None:
+        """A closed client must not hand out leases nobody would renew."""
+        if self.closed:
+            raise InvalidArgument(
+                f"this {type(self).__name__} was closed: it takes no new lease (its workers "
+                "are stopped); make a new client"
+            )
 
     def after_fork(self) -> None:
         """In a forked child: forget the parent's leases; its workers start afresh if needed.

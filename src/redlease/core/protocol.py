@@ -13,10 +13,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
-from redis.exceptions import AuthenticationError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-
+from redlease.compat import AuthenticationErrors, ConnectionErrors, TimeoutErrors
 from redlease.core.claims import Claim
 from redlease.core.lease import local_deadline
 from redlease.core.ops import Operation, RunScript, Subscribe, Wait
@@ -35,7 +32,7 @@ from redlease.scripts import ScriptName
 Clock = Callable[[], float]
 Flow = Generator[Operation, Any, Any]
 
-NETWORK_ERRORS = (RedisConnectionError, RedisTimeoutError)
+NETWORK_ERRORS: tuple[type[Exception], ...] = (*ConnectionErrors, *TimeoutErrors)
 EXPIRY_SLACK_S = 0.002
 """Added to a holder's remaining TTL when waiting on it, so the retry finds it expired."""
 
@@ -105,7 +102,7 @@ class Grant:
 def unavailable(keys: LockKeys, action: str, exc: BaseException) -> LockError:
     """The error for a failed round trip: unreachable, or (a redis-py ConnectionError too)
     our credentials refused."""
-    if isinstance(exc, AuthenticationError):
+    if isinstance(exc, AuthenticationErrors):
         return AuthenticationFailed(
             f"could not {action} lock {keys.name!r}: the server refused our credentials ({exc})"
         )

@@ -6,8 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from redis.exceptions import NoPermissionError
-
+from redlease.compat import NoPermissionErrors
 from redlease.core.protocol import Handoff
 
 W = TypeVar("W")
@@ -34,7 +33,7 @@ class PubSubCommands:
 
 def is_denied(error: BaseException) -> bool:
     """Whether a server error is an ACL refusal (no permission), not a missing command."""
-    return isinstance(error, NoPermissionError) or str(error).startswith("NOPERM")
+    return isinstance(error, NoPermissionErrors) or str(error).startswith("NOPERM")
 
 
 def has_sharded_pubsub(info: dict[str, Any]) -> bool:

@@ -15,9 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Protocol, TypeVar
 
-from redis.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from redlease.compat import ClusterClients
 from redlease.core.base import Owner
 from redlease.core.lease import Lease, LostCallback, run_callbacks
 from redlease.errors import InvalidArgument
@@ -25,6 +25,8 @@ from redlease.errors import InvalidArgument
 logger = logging.getLogger("redlease")
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
+ASYNCIO = False
+"""This flavour's clients are sync ``redis`` (or ``valkey``) clients."""
 INTERRUPTIONS = (KeyboardInterrupt,)
 """What can cut an acquire short after the server may already have granted it."""
 STOP_TIMEOUT_S = 10.0
@@ -158,7 +160,7 @@ def concurrently(calls: Sequence[Callable[[], T]]) -> list[T | BaseException]:
 
 
 def is_cluster(client: Any) -> bool:
-    return isinstance(client, RedisCluster)
+    return isinstance(client, ClusterClients)
 
 
 def node_of(client: Any, key: str) -> tuple[str, Callable[[], Any], Any]:

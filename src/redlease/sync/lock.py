@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis import Redis
 from redis.cluster import RedisCluster
-from redis.exceptions import ResponseError
 
+from redlease.compat import ResponseErrors, check_client
 from redlease.core.base import (
     LeasedBase,
     LockBase,
@@ -55,6 +55,7 @@ from redlease.errors import (
 )
 from redlease.keys import DEFAULT_PREFIX, LockKeys, ttl_to_ms
 from redlease.sync._flavor import (
+    ASYNCIO,
     INTERRUPTIONS,
     Worker,
     check_cancelled,
@@ -80,6 +81,8 @@ if TYPE_CHECKING:
     )
 
 F = TypeVar("F", bound=Callable[..., Any])
+FLOW_ERRORS: tuple[type[BaseException], ...] = (*NETWORK_ERRORS, ReplicaShortfall)
+"""Errors of an operation that its flow decides about (thrown into it)."""
 logger = logging.getLogger("redlease")
 
 
@@ -107,6 +110,7 @@ class Locks(LocksBase):
     ) -> None:
         super().__init__(prefix=prefix, clock=clock, token_factory=token_factory)
         self._owns_client = isinstance(client, str)
+        self._url = client if isinstance(client, str) else None
         self.client: Any = _client(client, cluster)
         self.scripts = Scripts(self.client)
         self.notifier = Notifier(self.client, self.commands, clock)
@@ -273,15 +277,17 @@ class Locks(LocksBase):
 
     def commands(self) -> PubSubCommands:
         """Which pub/sub commands this server has; asked once per client."""
+        self.refuse_if_closed()
         self._on_this_loop()
         if not self._watching:
+            self._follow_a_cluster()
             self.notifier.watch_master()
             self._warn_if_evicting()
             self._watching = True
         if self.pubsub_commands is None:
             try:
                 self.client.spublish(f"{self.prefix}:{{probe}}:wake", "")
-            except ResponseError as exc:
+            except ResponseErrors as exc:
                 sharded = is_denied(exc) and self._server_has_sharded_pubsub()
                 self.pubsub_commands = PubSubCommands(sharded=sharded)
             else:
@@ -289,12 +295,33 @@ class Locks(LocksBase):
         self.ready_publish = self.pubsub_commands.publish
         return self.pubsub_commands
 
+    def _follow_a_cluster(self) -> None:
+        """A plain client on a Redis Cluster node would meet MOVED on most names: from a
+        URL, switch to a cluster client; given a plain client, say what to pass instead."""
+        if self.scripts.cluster:
+            return
+        try:
+            info = self.client.info("cluster")
+        except ResponseErrors:  # INFO forbidden by an ACL: the first MOVED will tell
+            return
+        if str(info.get("cluster_enabled", "0")) != "1":
+            return
+        if self._url is None:
+            raise InvalidArgument(
+                "the server is a node of a Redis Cluster: give Locks a RedisCluster "
+                "client, or its URL with cluster=True"
+            )
+        self.client.close()
+        self.client = _client(self._url, cluster=True)
+        self.scripts = Scripts(self.client)
+        self.notifier = Notifier(self.client, self.commands, self.clock)
+
     def _server_has_sharded_pubsub(self) -> bool:
         """The probe was denied (an ACL), which says nothing about the server: ask its
         version (sharded pub/sub came with Redis 7.0; every Valkey has it)."""
         try:
             info = self.client.info("server")
-        except (ResponseError, *NETWORK_ERRORS):
+        except (*ResponseErrors, *NETWORK_ERRORS):
             return False
         return has_sharded_pubsub(info)
 
@@ -303,7 +330,7 @@ class Locks(LocksBase):
         simply gone, and another client takes it."""
         try:
             config = self.client.config_get("maxmemory*")
-        except ResponseError:  # CONFIG is often forbidden (ACL, managed services)
+        except ResponseErrors:  # CONFIG is often forbidden (ACL, managed services)
             return
         policy = str(config.get("maxmemory-policy", "noeviction"))
         if str(config.get("maxmemory", "0")) != "0" and policy != "noeviction":
@@ -422,9 +449,9 @@ class Locks(LocksBase):
                         assert waiter is not None
                         check_cancelled()
                         reply = waiter.wait(operation.seconds)
-                except (*NETWORK_ERRORS, ReplicaShortfall) as exc:
+                except FLOW_ERRORS as exc:
                     error = exc
-                except ResponseError as exc:
+                except ResponseErrors as exc:
                     if isinstance(operation, RunScript):
                         raise refused(operation, exc) from exc
                     raise
@@ -434,8 +461,14 @@ class Locks(LocksBase):
                 waiter.close()
 
     def close(self) -> None:
-        """Stop the workers (held leases are no longer renewed) and close an owned client."""
+        """Stop the workers (held leases are no longer renewed) and close an owned client.
+
+        A closed client takes no new lease (``InvalidArgument``); leases it still holds can
+        be released.
+        """
         self._on_this_loop()
+        self.closed = True
+        self.ready_publish = None
         self.renewer.stop()
         self.notifier.close()
         if self._owns_client:
@@ -455,6 +488,7 @@ class Locks(LocksBase):
 
 def _client(client: Redis | RedisCluster | str, cluster: bool) -> Redis | RedisCluster:
     if not isinstance(client, str):
+        check_client(client, asyncio=ASYNCIO)
         return client
     return RedisCluster.from_url(client) if cluster else Redis.from_url(client)
 

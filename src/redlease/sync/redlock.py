@@ -113,6 +113,8 @@ class Redlock(LocksBase):
         return [quorum_answer([column[i] for column in answers]) for i in range(len(due))]
 
     def close(self) -> None:
+        """Stop the renewal worker and close every master's client; no new lease after."""
+        self.closed = True
         self.renewer.stop()
         for master in self.masters:
             master.close()
@@ -162,6 +164,7 @@ class RedlockLock(LeaseHandle[Redlock]):
         return current_owner()
 
     def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> Lease:
+        self.locks.refuse_if_closed()
         owner, held, request = self._plan_acquire(blocking, timeout, "publish")
         if held is not None:
             return held

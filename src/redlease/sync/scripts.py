@@ -13,9 +13,8 @@ from typing import Any
 
 from redis import Redis
 from redis.cluster import RedisCluster
-from redis.exceptions import AskError, NoScriptError
-from redis.exceptions import ConnectionError as RedisConnectionError
 
+from redlease.compat import AskErrors, ConnectionErrors, NoScriptErrors
 from redlease.core.ops import RunScript
 from redlease.core.protocol import NETWORK_ERRORS
 from redlease.core.replication import ReplicaAcks
@@ -39,7 +38,7 @@ class Scripts:
         restart closes every pooled connection); only idempotent calls are resent."""
         try:
             return self._run(op)
-        except RedisConnectionError:
+        except ConnectionErrors:
             if not op.idempotent:
                 raise
             return self._run(op)
@@ -52,7 +51,7 @@ class Scripts:
         execute: Any = self.client.execute_command  # untyped in the sync redis-py client
         try:
             return execute("EVALSHA", SHA_OF[id(op.script)], len(keys), *keys, *op.args)
-        except NoScriptError:
+        except NoScriptErrors:
             self.client.script_load(op.script.source)
             return execute("EVALSHA", SHA_OF[id(op.script)], len(keys), *keys, *op.args)
 
@@ -66,7 +65,7 @@ class Scripts:
             self.client.script_load(op.script.source)
             self._loaded.add(op.script)
         replies = self._on_node(op.keys[0], [op], acks.commands())
-        if isinstance(replies[0], NoScriptError):
+        if isinstance(replies[0], NoScriptErrors):
             self._loaded.discard(op.script)
         return acks.check(replies)
 
@@ -77,7 +76,7 @@ class Scripts:
         missing = {
             op.script
             for op, reply in zip(ops, replies, strict=True)
-            if isinstance(reply, NoScriptError)
+            if isinstance(reply, NoScriptErrors)
         }
         for script in missing:
             self.client.script_load(script.source)
@@ -131,4 +130,4 @@ def _spread_error(result: Any, count: int) -> list[Any]:
 
 def _misrouted(reply: Any) -> bool:
     """The slot lives elsewhere now (MOVED/ASK), or its node is gone: refresh the slot map."""
-    return isinstance(reply, (AskError, *NETWORK_ERRORS))
+    return isinstance(reply, (*AskErrors, *NETWORK_ERRORS))
