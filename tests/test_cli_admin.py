@@ -8,6 +8,7 @@ of its own, so the listings hold only what the test put there.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
@@ -306,3 +307,16 @@ def test_ls_and_show_label_holders_readably(redlease_url, prefix, locks):
     by_name = {entry["name"]: entry["holders"][0] for entry in listed}
     assert by_name["by-name"]["thread"] == "owner worker-7|blue"
     assert by_name["by-name"]["pid"] == os.getpid()
+
+
+def test_main_in_process_leaves_the_callers_logging_as_it_was(redlease_url, prefix, capsys):
+    from redlease.cli import main  # noqa: PLC0415
+
+    logger = logging.getLogger("redlease")
+    before = (list(logger.handlers), logger.propagate)
+
+    code = main(["release", "idle", "--force", "--prefix", prefix, "--url", redlease_url])
+
+    assert code == 0
+    assert "nothing removed" in capsys.readouterr().out
+    assert (list(logger.handlers), logger.propagate) == before

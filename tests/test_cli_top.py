@@ -231,28 +231,29 @@ def test_a_server_gone_shows_as_one_warning_line_under_an_intact_table(
     redlease_servers_factory, prefix, pane_factory
 ):
     [server] = redlease_servers_factory(1)
-    pane = pane_factory(
-        [sys.executable, "-m", "redlease", "top", "--prefix", prefix], top_env(server.url)
+    holder = subprocess.Popen(
+        [sys.executable, str(WORKER), server.url, prefix, "hold", "calm"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
-    pane.wait_for(lambda s: "redlease top" in s, "the view")
+    try:
+        pane = pane_factory(
+            [sys.executable, "-m", "redlease", "top", "--prefix", prefix], top_env(server.url)
+        )
+        pane.wait_for(lambda s: "calm" in rows(s), "the held lock")
 
-    server.stop()
-    screen = pane.wait_for(lambda s: "cannot read the locks" in s, "the warning")
+        server.stop()
+        screen = pane.wait_for(lambda s: "cannot read the locks" in s, "the warning")
+    finally:
+        holder.kill()
+        holder.wait()
 
     lines = screen.rstrip().splitlines()
     assert lines[0].startswith("redlease top")
-    assert lines[2].split() == [
-        "NAME",
-        "KIND",
-        "FENCE",
-        "TTL",
-        "WAITERS",
-        "ACQ/S",
-        "LOST",
-        "HOLDER",
-    ]
-    [warning] = [line for line in lines if "cannot read the locks" in line]
-    assert warning.startswith("redlease: cannot read the locks")
+    assert lines[2].split() == "NAME KIND FENCE TTL WAITERS ACQ/S LOST HOLDER".split()
+    assert lines[3].split()[:3] == ["calm", "lock", "1"]  # the last reading stays on screen
+    assert lines[4].startswith("redlease: cannot read the locks")  # one line of its own
+    print(f"\nthe screen with the server gone:\n{screen}")
     pane.press("q")
     pane.wait_for(lambda s: "top exited 0" in s, "top to quit with status 0")
 

@@ -124,8 +124,8 @@ def _main(argv: list[str]) -> int:
     if handler is None:
         (getattr(args, "parser", None) or parser).print_help(sys.stderr)
         return ExitCode.USAGE
-    output.install_log_handler()
-    return _dispatch(handler, args)
+    with output.log_handler_installed():
+        return _dispatch(handler, args)
 
 
 def _dispatch(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:

@@ -25,8 +25,10 @@ __all__ = [
     "BROKEN_PIPE_EXIT",
     "divert_log",
     "install_log_handler",
+    "log_handler_installed",
     "mute_log",
     "quiet_broken_pipe",
+    "rich_gave_up_on_stdout",
     "stdout_identity",
 ]
 
@@ -62,11 +64,28 @@ _handler = _LineHandler()
 
 
 def install_log_handler() -> None:
-    """Print the library's warnings (once per process, however often ``main`` runs)."""
+    """Print the library's warnings (once per process, however often it is called)."""
     logger = logging.getLogger("redlease")
     if _handler not in logger.handlers:
         logger.addHandler(_handler)
     logger.propagate = False
+
+
+@contextmanager
+def log_handler_installed() -> Iterator[None]:
+    """:func:`install_log_handler` for the block; the logger is as it was afterwards.
+
+    ``main`` may run inside another program (a test, an embedding script), whose own
+    logging setup must come back when the command is done.
+    """
+    logger = logging.getLogger("redlease")
+    handlers, propagate = list(logger.handlers), logger.propagate
+    install_log_handler()
+    try:
+        yield
+    finally:
+        logger.handlers[:] = handlers
+        logger.propagate = propagate
 
 
 @contextmanager
