@@ -58,7 +58,21 @@ class Owner:
     label: str = field(default="", compare=False)
 
     def describe(self) -> str:
-        return f"{self.kind} {self.label or self.ident}"
+        """How the owner reads in messages and in tokens (what ``redlease ls`` shows).
+
+        An ``owner=`` object without a text of its own reads as its type and the last six
+        hex digits of its id (``owner Job#3fa2c0``), not ``<Job object at 0x7f…>``; a long
+        text is cut, since it travels in every token of the owner.
+        """
+        if self.label:
+            return f"{self.kind} {self.label}"
+        ident = self.ident
+        kind = type(ident)
+        if kind.__str__ is object.__str__ and kind.__repr__ is object.__repr__:
+            text = f"{kind.__name__}#{id(ident) & 0xFFFFFF:06x}"
+        else:
+            text = str(ident)
+        return f"{self.kind} {text if len(text) <= 64 else text[:63] + '…'}"
 
 
 class LocksBase:
