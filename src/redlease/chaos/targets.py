@@ -55,13 +55,21 @@ class Target:
     def worker_data_url(self, worker: str) -> str:
         return self.data_url
 
+    def probe_url(self, worker: str) -> str | None:
+        """Where ``worker``'s probe leases live (None: this target measures no detection)."""
+        return None
+
     def admin(self, timeout: float = ADMIN_TIMEOUT) -> Any:
         """A client on the server that holds the lock's keys (for PEXPIRE and clean-up)."""
         raise NotImplementedError
 
 
 class SingleTarget(Target):
-    """One lock server, reached directly or through a proxy link per worker."""
+    """One lock server, reached directly or through proxy links of each worker's own.
+
+    A proxied worker gets two links: one for its lock traffic and one for its probe leases
+    (so that a dropped reply hits each once); a network fault changes both.
+    """
 
     def __init__(
         self,
@@ -75,15 +83,22 @@ class SingleTarget(Target):
         self.lock_url = lock_url
         self.lock_server = lock_server
         self.hub = hub
-        self.links: dict[str, Link] = {}
+        self.links: dict[str, list[Link]] = {}
 
     def lock_args(self, worker: str) -> list[str]:
+        return ["--lock-url", self._linked(worker)]
+
+    def probe_url(self, worker: str) -> str | None:
+        return self._linked(worker)
+
+    def _linked(self, worker: str) -> str:
+        """The lock server's URL through a new proxy link of ``worker`` (if proxied)."""
         if self.hub is None:
-            return ["--lock-url", self.lock_url]
+            return self.lock_url
         parts = urlsplit(self.lock_url)
         link = self.hub.link(parts.hostname or "127.0.0.1", parts.port or 6379)
-        self.links[worker] = link
-        return ["--lock-url", _with_port(self.lock_url, link.port)]
+        self.links.setdefault(worker, []).append(link)
+        return _with_port(self.lock_url, link.port)
 
     def admin(self, timeout: float = ADMIN_TIMEOUT) -> redis.Redis:
         return redis.Redis.from_url(
@@ -186,8 +201,11 @@ class NamespaceTarget(SingleTarget):
         return ["ip", "netns", "exec", self.namespaces[self._slot(worker)]]
 
     def lock_args(self, worker: str) -> list[str]:
+        return ["--lock-url", self._linked(worker)]
+
+    def _linked(self, worker: str) -> str:
         assert self.lock_server is not None
-        return ["--lock-url", f"redis://{_host_ip(self._slot(worker))}:{self.lock_server.port}/0"]
+        return f"redis://{_host_ip(self._slot(worker))}:{self.lock_server.port}/0"
 
     def worker_data_url(self, worker: str) -> str:
         return f"redis://{_host_ip(self._slot(worker))}:{self.data_server.port}/0"
