@@ -20,6 +20,7 @@ import asyncio
 import threading
 from collections.abc import Callable
 from contextlib import suppress
+from functools import partial
 
 import redis
 import redis.asyncio
@@ -31,6 +32,7 @@ from redlease.errors import LockError
 from redlease.sync.lock import Locks
 
 PROBE_PAUSE = 0.01
+ERROR_PAUSE = 0.1
 STOP_TIMEOUT = 5.0
 FLAVOURS = ("sync", "asyncio")
 
@@ -80,40 +82,60 @@ class Probes:
 
     def _failed(self, flavour: str, error: Exception) -> None:
         self.log.event("error", 0, where=f"probe-{flavour}", error=str(error)[:200])
+        self.stopping.wait(ERROR_PAUSE)
+
+    def _keep(
+        self,
+        flavour: str,
+        release: Callable[[], object],
+        try_acquire: Callable[[], Lease | None],
+        pause: Callable[[], object],
+    ) -> Lease | None:
+        """Hold a lease until told to stop; after a loss, release it and take a new one."""
+        lease: Lease | None = None
+        while not self.stopping.is_set():
+            try:
+                if lease is not None and lease.lost:
+                    lease = None
+                    release()  # a lost lease still counts for its owner until released
+                if lease is None:
+                    lease = self._took(flavour, try_acquire())
+            except (LockError, redis.RedisError) as error:
+                self._failed(flavour, error)
+            pause()
+        return lease
 
     def _sync(self) -> None:
         client = redis.Redis.from_url(self.url)
         with Locks(client, prefix=self.prefix) as locks:
             lock = locks.lock(probe_name(self.worker, "sync"), ttl=self.ttl, renew=True)
-            lease: Lease | None = None
-            while not self.stopping.is_set():
-                if lease is None or lease.lost:
-                    try:
-                        lease = self._took("sync", lock.try_acquire())
-                    except (LockError, redis.RedisError) as error:
-                        self._failed("sync", error)
-                self.stopping.wait(PROBE_PAUSE)
+            pause = partial(self.stopping.wait, PROBE_PAUSE)
+            lease = self._keep("sync", lock.release, lock.try_acquire, pause)
             if lease is not None and not lease.lost:
                 with suppress(LockError, redis.RedisError):
                     lock.release()
         client.close()
 
     def _asyncio(self) -> None:
-        asyncio.run(self._asyncio_probe())
-
-    async def _asyncio_probe(self) -> None:
+        """The same loop, each step run on this thread's event loop (which also runs the
+        client's renewal task, during the steps and the pauses between them)."""
+        loop = asyncio.new_event_loop()
+        run = loop.run_until_complete
         client = redis.asyncio.Redis.from_url(self.url)
-        async with AsyncLocks(client, prefix=self.prefix) as locks:
-            lock = locks.lock(probe_name(self.worker, "asyncio"), ttl=self.ttl, renew=True)
-            lease: Lease | None = None
-            while not self.stopping.is_set():
-                if lease is None or lease.lost:
-                    try:
-                        lease = self._took("asyncio", await lock.try_acquire())
-                    except (LockError, redis.RedisError) as error:
-                        self._failed("asyncio", error)
-                await asyncio.sleep(PROBE_PAUSE)
+        locks = AsyncLocks(client, prefix=self.prefix)
+        name = probe_name(self.worker, "asyncio")
+        lock = locks.lock(name, ttl=self.ttl, renew=True, owner="probe")
+        try:
+            lease = self._keep(
+                "asyncio",
+                lambda: run(lock.release()),
+                lambda: run(lock.try_acquire()),
+                lambda: run(asyncio.sleep(PROBE_PAUSE)),
+            )
             if lease is not None and not lease.lost:
                 with suppress(LockError, redis.RedisError):
-                    await lock.release()
-        await client.aclose()
+                    run(lock.release())
+        finally:
+            run(locks.aclose())
+            run(client.aclose())
+            loop.close()

@@ -14,7 +14,7 @@ import secrets
 import shutil
 import subprocess
 from contextlib import ExitStack
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
@@ -26,6 +26,7 @@ from redlease.server import EmbeddedServer
 from redlease.topology import LocalCluster, LocalSentinel
 
 ADMIN_TIMEOUT = 2.0
+TopologyT = TypeVar("TopologyT", LocalSentinel, LocalCluster)
 NAMESPACE_PREFIX = "rlchaos"
 
 
@@ -106,12 +107,16 @@ class SingleTarget(Target):
         )
 
 
-class SentinelTarget(Target):
-    kind = "sentinel"
+class _TopologyTarget(Target, Generic[TopologyT]):
+    """A topology the harness started (so private), with the data server beside it."""
 
-    def __init__(self, topology: LocalSentinel, data_url: str) -> None:
+    def __init__(self, topology: TopologyT, data_url: str) -> None:
         super().__init__(data_url, private=True)
-        self.topology = topology
+        self.topology: TopologyT = topology
+
+
+class SentinelTarget(_TopologyTarget[LocalSentinel]):
+    kind = "sentinel"
 
     def lock_args(self, worker: str) -> list[str]:
         args = ["--service", self.topology.service_name]
@@ -124,12 +129,8 @@ class SentinelTarget(Target):
         return redis.Redis(host=host, port=port, socket_timeout=timeout)
 
 
-class ClusterTarget(Target):
+class ClusterTarget(_TopologyTarget[LocalCluster]):
     kind = "cluster"
-
-    def __init__(self, topology: LocalCluster, data_url: str) -> None:
-        super().__init__(data_url, private=True)
-        self.topology = topology
 
     def lock_args(self, worker: str) -> list[str]:
         return ["--lock-url", self.topology.url, "--cluster"]

@@ -92,22 +92,28 @@ class WakeScenario(Scenario):
         raise NotImplementedError
 
 
-def _stopped(pid: int) -> None:
+def _past_stopped(
+    run: WakeScene, waiter: str, other: str, freed_by: str, let_go: str | None = None
+) -> WakeSample:
+    """SIGSTOP ``other`` (the holder, or the first waiter), let the harness's holder
+    ``let_go`` if there is one (the lock then goes to the stopped waiter), and wait for
+    ``waiter``: the lock is free for it once the stopped process's lease runs out."""
+    pid = run.pid_of(other)
     os.kill(pid, signal.SIGSTOP)
-
-
-def _resumed(pid: int) -> None:
-    with suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGCONT)
-
-
-def _expiry_of(watch: ExpiryWatch, pid: int) -> float | None:
-    """The watched lease's deadline, checking that it was the stopped process's lease
-    (a token carries its holder's pid)."""
+    try:
+        if let_go is not None:
+            run.let_go(let_go)
+        with run.watch_lease() as watch:
+            granted = run.granted(waiter)
+    finally:
+        with suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+    run.release(waiter)
+    run.release(other)
     lease = watch.keys["lease"]
     if lease.owner is None or f"|{pid}|".encode() not in lease.owner:
         raise ChaosError(f"the lock was not held by the stopped process {pid}: {lease.owner!r}")
-    return lease.expiry
+    return WakeSample(lease.expiry, granted, freed_by)
 
 
 class StoppedHolder(WakeScenario):
@@ -120,19 +126,9 @@ class StoppedHolder(WakeScenario):
     )
 
     def play(self, run: WakeScene, waiter: str, other: str) -> WakeSample:
-        ttl = run.settings.ttl
-        run.take(other, ttl, renew=True)
-        run.join_queue(waiter, ttl)
-        pid = run.pid_of(other)
-        _stopped(pid)
-        try:
-            with run.watch_lease() as watch:
-                granted = run.granted(waiter)
-        finally:
-            _resumed(pid)
-        run.release(waiter)
-        run.release(other)
-        return WakeSample(_expiry_of(watch, pid), granted, "the stopped holder's deadline")
+        run.take(other, run.settings.ttl, renew=True)
+        run.join_queue(waiter, run.settings.ttl)
+        return _past_stopped(run, waiter, other, "the stopped holder's deadline")
 
 
 class StoppedWaiter(WakeScenario):
@@ -148,21 +144,10 @@ class StoppedWaiter(WakeScenario):
     )
 
     def play(self, run: WakeScene, waiter: str, other: str) -> WakeSample:
-        ttl = run.settings.ttl
         run.hold("first")
-        run.join_queue(other, ttl)
-        run.join_queue(waiter, ttl)
-        pid = run.pid_of(other)
-        _stopped(pid)
-        try:
-            run.let_go("first")
-            with run.watch_lease() as watch:
-                granted = run.granted(waiter)
-        finally:
-            _resumed(pid)
-        run.release(waiter)
-        run.release(other)
-        return WakeSample(_expiry_of(watch, pid), granted, "the stopped waiter's deadline")
+        run.join_queue(other, run.settings.ttl)
+        run.join_queue(waiter, run.settings.ttl)
+        return _past_stopped(run, waiter, other, "the stopped waiter's deadline", "first")
 
 
 class RestartWaiting(WakeScenario):
@@ -213,7 +198,7 @@ class DropWaiting(WakeScenario):
         run.hold("first")
         run.join_queue(waiter, None)
         for link in links:
-            link.set(mode=Mode.DROP)
+            link.set(mode=Mode.DROP_MESSAGE)
         try:
             released = run.let_go("first")
             granted = run.granted(waiter)
