@@ -128,8 +128,8 @@ def told_cell(result: dict[str, Any]) -> str:
     if values is None:
         values = "never lost (nothing to tell)"
     if detection["not_told"]:
-        values += f"; {detection['not_told']} never told"
-    bound = "<= 0" if detection["kind"] == "deadline" else "by its deadline"
+        values += f"; {detection['not_told']} of {len(detection['each'])} never told"
+    bound = "<= 0 ms" if detection["kind"] == "deadline" else "by its deadline"
     return f"{values} ({bound}: {_met(detection['met'])})"
 
 
@@ -140,10 +140,13 @@ def woken_cell(result: dict[str, Any]) -> str:
         return "-"
     values = _per_flavour(wake["worst_ms"], signed=False) or "-"
     if wake["at_own_timeout"]:
-        values += f"; {wake['at_own_timeout']} only at their own timeout"
+        values += (
+            f"; {wake['at_own_timeout']} of {len(wake['each'])} only when their own "
+            f"{wake['wait_timeout_s']:g} s timeout ran out"
+        )
     if wake["not_woken"]:
-        values += f"; {wake['not_woken']} never"
-    return f"{values} (<= RTT + {wake['slack_ms']:g}: {_met(wake['met'])})"
+        values += f"; {wake['not_woken']} of {len(wake['each'])} never"
+    return f"{values} (<= RTT + {wake['slack_ms']:g} ms: {_met(wake['met'])})"
 
 
 def _per_flavour(worst: dict[str, float], *, signed: bool) -> str | None:

@@ -23,7 +23,6 @@ import asyncio
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import redis
 import redis.asyncio
@@ -135,8 +134,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _args(argv)
     with Path(args.log).open("a", encoding="utf-8") as stream:
         script = Script(EventLog(stream, args.worker))
-        runner: Any = _sync if args.flavour == "sync" else lambda *a: asyncio.run(_asyncio(*a))
-        runner(args, script)
+        if args.flavour == "sync":
+            _sync(args, script)
+        else:
+            asyncio.run(_asyncio(args, script))
         script.log.event("stop", 0)
     return 0
 

@@ -26,7 +26,7 @@ from typing import Any
 import redis
 
 from redlease.chaos.detection import ExpiryWatch
-from redlease.chaos.errors import ChaosError
+from redlease.chaos.errors import ChaosError, WaiterFailed
 from redlease.chaos.fault import target_of
 from redlease.chaos.harness import delete_namespace
 from redlease.chaos.probes import FLAVOURS
@@ -45,6 +45,7 @@ READY_TIMEOUT = 30.0  # python start-up of both waiters on a loaded 2-core machi
 STEP_TIMEOUT = 5.0  # a grant of a free lock, a release, getting into the queue
 WATCH_TIMEOUT = 10.0
 ROUND_TRIPS = 5
+MAX_COUNT = 8  # more reentrant holds than any script takes
 OWN_TIMEOUT_SLACK = 0.1  # a grant this close to the waiter's timeout came from its last try
 BOUND = "<= one round trip + 50 ms after the lock was free for the waiter"
 LOGGER = logging.getLogger("redlease")
@@ -71,19 +72,25 @@ class WakeRun:
         self.handles: dict[str, Lock] = {}
         self.outwaited = False
         """Whether the last waiter to get the lock got it only when its own timeout ran out."""
+        self.failure: str | None = None
+        """How the last waiter's acquisition ended if it did not get the lock."""
 
     # What a scenario plays with (WakeScene).
 
     def take(self, worker: str, ttl: float | None, renew: bool = False) -> None:
         sent = self._acquire(worker, ttl, renew)
-        if self._next(worker, ("acq", "timeout", "error"), sent, STEP_TIMEOUT)["ev"] != "acq":
-            raise ChaosError(f"scenario {self.scenario.name}: {worker} could not take the lock")
+        event = self._next(worker, ("acq", "timeout", "error"), sent, STEP_TIMEOUT)
+        if event["ev"] != "acq":
+            raise WaiterFailed(f"{worker} could not take the free lock: {_said(event)}")
 
     def join_queue(self, worker: str, ttl: float | None) -> None:
         sent = self._acquire(worker, ttl, False)
         limit = time.monotonic() + STEP_TIMEOUT
         while not self.queued(worker):
-            if time.monotonic() > limit or self._seen(worker, ("acq", "timeout", "error"), sent):
+            event = self._seen(worker, ("acq", "timeout", "error"), sent)
+            if event is not None:
+                raise WaiterFailed(f"{worker} did not queue up: {_said(event)}")
+            if time.monotonic() > limit:
                 raise ChaosError(f"scenario {self.scenario.name}: {worker} did not queue up")
             time.sleep(POLL)
         self.pending[worker] = sent
@@ -96,7 +103,9 @@ class WakeRun:
         since = self.pending.pop(worker)
         wait = self.settings.wait_timeout
         event = self._next(worker, ("acq", "timeout", "error"), since, wait + STEP_TIMEOUT)
-        self.outwaited = event["ev"] != "acq" or event["t"] - since >= wait - OWN_TIMEOUT_SLACK
+        got = event["ev"] == "acq"
+        self.outwaited = got and event["t"] - since >= wait - OWN_TIMEOUT_SLACK
+        self.failure = None if got else _said(event)
         return float(event["t"]) if event["ev"] == "acq" else None
 
     def release(self, worker: str) -> None:
@@ -142,8 +151,14 @@ class WakeRun:
             for number in range(self.settings.injections):
                 waiter, other = waiters[number % 2], waiters[1 - number % 2]
                 rtt = self._round_trip()
-                sample = self.scenario.play(self, waiter, other)
-                records.append(_record(waiter, rtt, sample, self.outwaited))
+                self.outwaited, self.failure = False, None
+                try:
+                    sample = self.scenario.play(self, waiter, other)
+                except WaiterFailed as failure:
+                    sample = WakeSample(None, None, "nothing: the waiter failed first")
+                    self.failure = str(failure)
+                    self._reset(waiters)
+                records.append(_record(waiter, rtt, sample, self.outwaited, self.failure))
         finally:
             self._stop()
             LOGGER.removeFilter(_own_losses)
@@ -154,8 +169,20 @@ class WakeRun:
             "topology": self.target.kind,
             "settings": {"hold": self.settings.hold, "renew": self.settings.renew},
             "detection": None,
-            "wake": summarize(records),
+            "wake": summarize(records, self.settings.wait_timeout),
         }
+
+    def _reset(self, waiters: list[str]) -> None:
+        """After a failed injection: every lease the harness or a waiter holds goes back."""
+        for handle in self.handles.values():
+            for _ in range(MAX_COUNT):
+                if handle.lease is None:
+                    break
+                with suppress(LockError, redis.RedisError):
+                    handle.release()
+        for waiter in waiters:
+            self.pending.pop(waiter, None)
+            self.release(waiter)
 
     def _spawn(self, flavour: str) -> str:
         log = self.directory / f"{self.scenario.name}-{flavour}.jsonl"
@@ -237,13 +264,19 @@ class WakeRun:
         self.admin.close()
 
 
+def _said(event: dict[str, Any]) -> str:
+    return str(event.get("error") or event["ev"])
+
+
 def _own_losses(record: logging.LogRecord) -> bool:
     """Leave out the losses the harness's own holder suffers on purpose (a restart)."""
     args = record.args if isinstance(record.args, tuple) else ()
     return not (str(record.msg).startswith("lease on lock") and LOCK_NAME in args)
 
 
-def _record(flavour: str, rtt: float, sample: WakeSample, outwaited: bool) -> dict[str, Any]:
+def _record(
+    flavour: str, rtt: float, sample: WakeSample, outwaited: bool, failure: str | None
+) -> dict[str, Any]:
     bound = (rtt + WAKE_SLACK_S) * 1000
     ms = None
     if sample.granted_at is not None and sample.freed_at is not None:
@@ -254,13 +287,14 @@ def _record(flavour: str, rtt: float, sample: WakeSample, outwaited: bool) -> di
         "ms": ms,
         "woken": sample.granted_at is not None,
         "at_own_timeout": outwaited,
+        "failure": failure,
         "rtt_ms": round(rtt * 1000, 2),
         "bound_ms": round(bound, 1),
         "met": ms is not None and ms <= bound,
     }
 
 
-def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
+def summarize(records: list[dict[str, Any]], timeout: float) -> dict[str, Any]:
     """The scenario's wake latency: worst per flavour, the bound, whether it held.
 
     ``not_woken`` counts waiters that never got the lock; ``at_own_timeout`` those that got
@@ -275,6 +309,7 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "bound": BOUND,
         "slack_ms": WAKE_SLACK_S * 1000,
+        "wait_timeout_s": timeout,
         "worst_ms": worst,
         "not_woken": sum(1 for record in records if not record["woken"]),
         "at_own_timeout": sum(1 for record in records if record["at_own_timeout"]),
