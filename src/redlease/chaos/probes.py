@@ -66,17 +66,19 @@ class Probes:
         for thread in self.threads:
             thread.join(STOP_TIMEOUT)
 
-    def _took(self, flavour: str, lease: Lease | None) -> Lease | None:
+    def _took(self, flavour: str, lease: Lease | None, told: threading.Event) -> Lease | None:
         if lease is not None:
             self.log.event("probe", 0, probe=flavour, fence=lease.fence, deadline=lease.expires_at)
-            lease.on_lost(self._reporter(flavour))
+            told.clear()
+            lease.on_lost(self._reporter(flavour, told))
         return lease
 
-    def _reporter(self, flavour: str) -> Callable[[Lease], None]:
+    def _reporter(self, flavour: str, told: threading.Event) -> Callable[[Lease], None]:
         def lost(lease: Lease) -> None:
             self.log.event(
                 "lost", 0, probe=flavour, reason=lease.lost_reason, deadline=lease.expires_at
             )
+            told.set()
 
         return lost
 
@@ -91,15 +93,22 @@ class Probes:
         try_acquire: Callable[[], Lease | None],
         pause: Callable[[], object],
     ) -> Lease | None:
-        """Hold a lease until told to stop; after a loss, release it and take a new one."""
+        """Hold a lease until told to stop; once ``on_lost`` reported a loss, release the
+        lease and take a new one.
+
+        The callback is the signal, not ``lease.lost``: a release sent the moment the flag
+        turns (at the lease's deadline) would take the lease off the renewer's books before
+        the renewer reports it, and the report would wait for the release's reply.
+        """
         lease: Lease | None = None
+        told = threading.Event()
         while not self.stopping.is_set():
             try:
-                if lease is not None and lease.lost:
+                if lease is not None and told.is_set():
                     lease = None
                     release()  # a lost lease still counts for its owner until released
                 if lease is None:
-                    lease = self._took(flavour, try_acquire())
+                    lease = self._took(flavour, try_acquire(), told)
             except (LockError, redis.RedisError) as error:
                 self._failed(flavour, error)
             pause()
