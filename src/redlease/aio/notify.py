@@ -15,6 +15,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from redis.exceptions import ResponseError
+
 from redlease.aio._flavor import (
     Flag,
     Guard,
@@ -28,8 +30,14 @@ from redlease.aio._flavor import (
     sleep,
 )
 from redlease.core.protocol import NETWORK_ERRORS, Clock, Handoff
-from redlease.core.subscriptions import ChannelBook, PubSubCommands, classify, handoff_of
-from redlease.errors import ServerUnavailable
+from redlease.core.subscriptions import (
+    ChannelBook,
+    PubSubCommands,
+    classify,
+    handoff_of,
+    refusal,
+)
+from redlease.errors import ServerRefused
 
 logger = logging.getLogger("redlease")
 CONFIRM_TIMEOUT_S = 10.0
@@ -93,7 +101,11 @@ class AsyncNotifier:
         """Open pub/sub connections (one per node that carries a waiting channel)."""
         return sum(1 for link in self._links.values() if link.connection is not None)
 
-    async def subscribe(self, channel: str) -> AsyncWaiter:
+    async def subscribe(
+        self, channel: str, timeout: float = CONFIRM_TIMEOUT_S
+    ) -> AsyncWaiter | None:
+        """A waiter listening on ``channel``, once the server confirmed the subscription;
+        ``None`` when no confirmation came within ``timeout`` seconds."""
         waiter = AsyncWaiter(self, channel)
         commands = await self._commands()
         name, connect, _ = await node_of(self._client, channel)
@@ -110,13 +122,16 @@ class AsyncNotifier:
                 self._link_of[channel] = link
             confirmed = self._confirmed[channel]
         try:
-            ok = await confirmed.wait(CONFIRM_TIMEOUT_S)
+            ok = await confirmed.wait(min(timeout, CONFIRM_TIMEOUT_S))
+        except ResponseError as exc:
+            await self.leave(waiter)
+            raise ServerRefused(refusal(channel, exc)) from exc
         except BaseException:
             await self.leave(waiter)
             raise
         if not ok:
             await self.leave(waiter)
-            raise ServerUnavailable(f"subscription to {channel!r} was not confirmed")
+            return None
         return waiter
 
     async def leave(self, waiter: AsyncWaiter) -> None:
@@ -203,6 +218,9 @@ class AsyncNotifier:
                 if link.stale:
                     raise ConnectionError("the server moved")
                 reply = await read_push(connection)
+            except ResponseError as exc:
+                await self._refused(exc)
+                continue
             except (*NETWORK_ERRORS, ConnectionError):
                 if self._closing or not await self._reconnect(link):
                     return
@@ -229,6 +247,14 @@ class AsyncNotifier:
                     waiter.wakeup.set()
             elif (flag := self._confirmed.get(push.channel)) is not None:
                 flag.set()
+
+    async def _refused(self, error: ResponseError) -> None:
+        """An error reply on the pub/sub link answers a subscription (no permission): fail
+        the subscriptions still waiting for their confirmation; the reader goes on."""
+        async with self._guard:
+            for flag in self._confirmed.values():
+                if flag.pending():
+                    flag.fail(error)
 
     async def _rehome(self, channels: list[str]) -> None:
         """Subscribe channels again where their slot lives now.

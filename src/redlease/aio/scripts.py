@@ -13,6 +13,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import AskError, NoScriptError
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from redlease.aio._flavor import concurrently, is_cluster, node_of, refresh_topology
 from redlease.core.ops import RunScript
@@ -33,6 +34,16 @@ class Scripts:
         self._loaded: set[ScriptName] = set()
 
     async def run(self, op: RunScript) -> Any:
+        """One script call, sent again once if the connection turned out dead (a server
+        restart closes every pooled connection); only idempotent calls are resent."""
+        try:
+            return await self._run(op)
+        except RedisConnectionError:
+            if not op.idempotent:
+                raise
+            return await self._run(op)
+
+    async def _run(self, op: RunScript) -> Any:
         """One script call; ``execute_command`` directly, as ``evalsha`` adds only wrappers."""
         if op.acks is not None:
             return await self._acknowledged(op, op.acks)

@@ -16,9 +16,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from redis.exceptions import ResponseError
+
 from redlease.core.protocol import NETWORK_ERRORS, Clock, Handoff
-from redlease.core.subscriptions import ChannelBook, PubSubCommands, classify, handoff_of
-from redlease.errors import ServerUnavailable
+from redlease.core.subscriptions import (
+    ChannelBook,
+    PubSubCommands,
+    classify,
+    handoff_of,
+    refusal,
+)
+from redlease.errors import ServerRefused
 from redlease.sync._flavor import (
     Flag,
     Guard,
@@ -94,7 +102,9 @@ class Notifier:
         """Open pub/sub connections (one per node that carries a waiting channel)."""
         return sum(1 for link in self._links.values() if link.connection is not None)
 
-    def subscribe(self, channel: str) -> Waiter:
+    def subscribe(self, channel: str, timeout: float = CONFIRM_TIMEOUT_S) -> Waiter | None:
+        """A waiter listening on ``channel``, once the server confirmed the subscription;
+        ``None`` when no confirmation came within ``timeout`` seconds."""
         waiter = Waiter(self, channel)
         commands = self._commands()
         name, connect, _ = node_of(self._client, channel)
@@ -111,13 +121,16 @@ class Notifier:
                 self._link_of[channel] = link
             confirmed = self._confirmed[channel]
         try:
-            ok = confirmed.wait(CONFIRM_TIMEOUT_S)
+            ok = confirmed.wait(min(timeout, CONFIRM_TIMEOUT_S))
+        except ResponseError as exc:
+            self.leave(waiter)
+            raise ServerRefused(refusal(channel, exc)) from exc
         except BaseException:
             self.leave(waiter)
             raise
         if not ok:
             self.leave(waiter)
-            raise ServerUnavailable(f"subscription to {channel!r} was not confirmed")
+            return None
         return waiter
 
     def leave(self, waiter: Waiter) -> None:
@@ -204,6 +217,9 @@ class Notifier:
                 if link.stale:
                     raise ConnectionError("the server moved")
                 reply = read_push(connection)
+            except ResponseError as exc:
+                self._refused(exc)
+                continue
             except (*NETWORK_ERRORS, ConnectionError):
                 if self._closing or not self._reconnect(link):
                     return
@@ -230,6 +246,14 @@ class Notifier:
                     waiter.wakeup.set()
             elif (flag := self._confirmed.get(push.channel)) is not None:
                 flag.set()
+
+    def _refused(self, error: ResponseError) -> None:
+        """An error reply on the pub/sub link answers a subscription (no permission): fail
+        the subscriptions still waiting for their confirmation; the reader goes on."""
+        with self._guard:
+            for flag in self._confirmed.values():
+                if flag.pending():
+                    flag.fail(error)
 
     def _rehome(self, channels: list[str]) -> None:
         """Subscribe channels again where their slot lives now.

@@ -14,6 +14,7 @@ from typing import Any
 from redis import Redis
 from redis.cluster import RedisCluster
 from redis.exceptions import AskError, NoScriptError
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from redlease.core.ops import RunScript
 from redlease.core.protocol import NETWORK_ERRORS
@@ -34,6 +35,16 @@ class Scripts:
         self._loaded: set[ScriptName] = set()
 
     def run(self, op: RunScript) -> Any:
+        """One script call, sent again once if the connection turned out dead (a server
+        restart closes every pooled connection); only idempotent calls are resent."""
+        try:
+            return self._run(op)
+        except RedisConnectionError:
+            if not op.idempotent:
+                raise
+            return self._run(op)
+
+    def _run(self, op: RunScript) -> Any:
         """One script call; ``execute_command`` directly, as ``evalsha`` adds only wrappers."""
         if op.acks is not None:
             return self._acknowledged(op, op.acks)
