@@ -1,11 +1,6 @@
 """``redlease chaos``: the harness finds real violations without fencing, none with it,
-and measures how soon a holder learns of its loss and a waiter wakes after a fault.
-
-Two expectations wait for the library fixes of issue 13 (renewal rounds bounded by the
-lease's local deadline; queue membership and wait caps that survive faults). They are
-marked ``AWAITS_ISSUE_13`` (strict: the day the fix lands they pass, pytest reports the
-unexpected pass as a failure, and the marker comes off).
-"""
+and measures how soon a holder learns of its loss and a waiter wakes after a fault, and
+holds both to the bounds of issue 13."""
 
 from __future__ import annotations
 
@@ -45,13 +40,6 @@ KEYS = {
 }
 
 
-AWAITS_ISSUE_13 = pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="waits for the library fix of issue 13 (loss told by the lease's local deadline; "
-    "waiters re-queued after faults, waits capped by the current holder): remove this "
-    "marker when this test passes",
-)
 DETECTED = ("latency", "drop", "blackhole", "client-pause", "stall", "restart-delayed")
 WAKE = ("stopped-holder", "stopped-waiter", "restart-waiting", "drop-waiting")
 
@@ -293,7 +281,6 @@ def test_detection_is_measured_on_the_readme_client_for_both_flavours(
 
 
 @private_only
-@AWAITS_ISSUE_13
 @pytest.mark.timeout(300)
 def test_holder_is_told_before_another_client_can_take_its_lease(
     network_run: tuple[dict[str, Any], Path],
@@ -330,7 +317,6 @@ def test_wake_is_measured_for_sync_and_asyncio_waiters(wake_report: dict[str, An
 
 
 @private_only
-@AWAITS_ISSUE_13
 @pytest.mark.timeout(300)
 def test_waiter_gets_the_lock_within_a_round_trip_of_its_release_after_a_fault(
     wake_report: dict[str, Any],
@@ -403,6 +389,8 @@ def test_partitions_and_failovers_break_unfenced_locks_and_fencing_holds() -> No
         # The partitioned holder's probes learn of the loss once TCP delivers again.
         told = [record["told"] for record in partition["detection"]["each"]]
         assert told == [True] * 4, partition["detection"]
+        # ... and before another client could take the lease (issue 13).
+        assert partition["detection"]["met"] is True, partition["detection"]
 
 
 def test_proxied_scenarios_run_on_a_shared_server(redlease_url: str) -> None:
