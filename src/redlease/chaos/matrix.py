@@ -58,7 +58,7 @@ def render(report: dict[str, Any], command: str) -> str:
         "",
         "*Holder told*: from the moment another client could first take the faulted "
         "holder's lease (its expiry on the server, or the moment the server forgot it, and "
-        "not before the server answered again) to `lease.lost` becoming true in the holder, "
+        "not before the server answered again) to the holder's `on_lost` callback, "
         "measured on renewed probe leases on the README's default client; negative means "
         "the holder knew first. The bound is 0 where the holder could not renew, and the "
         "lease's own deadline where the server forgot the lease behind its back. *Waiter "
