@@ -159,16 +159,22 @@ def summarize(detects: Detects, records: list[dict[str, Any]]) -> dict[str, Any]
 
     ``not_told`` counts leases that went away without their holder being told at all
     within the harness's wait: worse than any latency in ``worst_ms``.
+    ``after_deadline_worst_ms``: how late, at worst, ``on_lost`` came after the lease's own
+    local deadline (the margin to the server's expiry is the library's drift allowance).
     """
     worst: dict[str, float] = {}
+    late: dict[str, float] = {}
     for record in records:
-        value = record.get("ms")
+        flavour, value = record["flavour"], record.get("ms")
         if value is not None:
-            worst[record["flavour"]] = max(value, worst.get(record["flavour"], value))
+            worst[flavour] = max(value, worst.get(flavour, value))
+            lag = record["after_deadline_ms"]
+            late[flavour] = max(lag, late.get(flavour, lag))
     return {
         "kind": detects.value,
         "bound": BOUNDS[detects],
         "worst_ms": worst,
+        "after_deadline_worst_ms": late,
         "not_told": sum(1 for r in records if r.get("told") is False and not r.get("held")),
         "met": all(record["met"] for record in records),
         "each": records,
