@@ -25,6 +25,7 @@ import redis
 import redlease
 from redlease.core.base import Owner
 from redlease.core.lease import Lease
+from redlease.keys import LockKeys
 from redlease.server import EmbeddedServer
 
 
@@ -96,6 +97,19 @@ class SyncLocksAdapter:
 
 
 LocksFactory = Callable[..., Awaitable[Any]]
+
+
+def fence_key(prefix: str, name: str) -> str:
+    """The fencing counter a lock draws from: its cluster slot's, shared by the slot's names."""
+    return LockKeys(name, prefix).fence
+
+
+def token_in(value: Any) -> Any:
+    """The owner token in a lock key's value (``<fence>:<token>``); other values as they are."""
+    if not isinstance(value, str):
+        return value
+    fence, separator, token = value.partition(":")
+    return token if separator and fence.isdigit() else value
 
 
 @pytest.fixture

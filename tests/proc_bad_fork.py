@@ -34,7 +34,7 @@ def child_side(url: str, locks: redlease.Locks, lock: redlease.Lock) -> dict[str
     except Exception as exc:
         report["release"] = f"raised {type(exc).__name__}: {exc}"
     with redis.Redis.from_url(url, decode_responses=True) as plain:
-        report["key_after_release"] = plain.get(lock.keys.lease)
+        report["key_after_release"] = plain.get(lock.keys.lease).partition(":")[2]
     report["holds_a_lease"] = lock.lease is not None
     try:
         with locks.lock(lock.name, timeout=0.2):

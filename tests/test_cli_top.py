@@ -287,7 +287,7 @@ def reading(name: str, token: str | None, ttl_s: float, fence: int) -> LockState
     from redlease.commands.state import Holder  # noqa: PLC0415
 
     holders = [] if token is None else [Holder("lock", token, "h", 1, "thread T", ttl_s)]
-    return LockState(name=name, fence=fence, waiters=0, holders=holders)
+    return LockState(name=name, fence=fence, waiters=0, holders=holders, slot_counter=fence)
 
 
 def test_a_lease_seen_in_its_last_moments_and_then_gone_counts_as_lost():

@@ -23,6 +23,7 @@ import redis
 from redis.crc import key_slot
 
 import redlease
+from conftest import token_in
 from redlease import Lease, LockTimeout, ReleaseOutcome
 from redlease.server import EmbeddedServer
 from redlease.topology import LocalCluster
@@ -37,7 +38,7 @@ def node_client(node: EmbeddedServer) -> redis.Redis:
 def value_on_master(cluster: LocalCluster, key: str) -> str | None:
     """The key as its slot's master (asked directly, not through a cluster client) has it."""
     with node_client(cluster.master_for_key(key)) as client:
-        return client.get(key)
+        return token_in(client.get(key))
 
 
 def values_on_masters(cluster: LocalCluster, keys: list[str]) -> list[str | None]:
@@ -51,7 +52,7 @@ def values_on_masters(cluster: LocalCluster, keys: list[str]) -> list[str | None
             for key in mine:
                 pipe.get(key)
             values.update(zip(mine, pipe.execute(), strict=True))
-    return [values[key] for key in keys]
+    return [token_in(values[key]) for key in keys]
 
 
 async def on_client(locks: Any, call: Callable[[], Any]) -> Any:

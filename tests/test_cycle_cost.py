@@ -22,6 +22,7 @@ import pytest
 import redis
 
 import redlease
+from conftest import fence_key
 from redlease.core.base import KEYS_CACHE_SIZE
 from redlease.server import EmbeddedServer
 
@@ -91,7 +92,7 @@ def test_every_name_is_checked_each_time_and_keys_follow_the_prefix(redlease_url
         assert second.lock("orders:42").keys.lease == f"{prefix}x:{{orders:42}}"
         names = [f"n{index}" for index in range(KEYS_CACHE_SIZE + 10)]
         for name in names:
-            assert first.lock(name).keys.fence == f"{prefix}:{{{name}}}:fence"
+            assert first.lock(name).keys.fence == fence_key(prefix, name)
         assert first.lock(names[0]).keys.queue == f"{prefix}:{{{names[0]}}}:queue"
 
 

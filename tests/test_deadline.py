@@ -208,3 +208,32 @@ def test_redlease_run_stops_its_child_by_the_deadline_on_a_black_holed_link(
     assert terminated <= taken[0] + SCHEDULING_SLACK_S, (
         f"the child ran {terminated - taken[0]:.2f} s beside another host's holder"
     )
+
+
+async def test_a_release_sent_at_the_deadline_tells_the_holder_before_its_reply(
+    redlease_url, flavor
+):
+    target = redis.Redis.from_url(redlease_url).connection_pool.connection_kwargs
+    with ProxyHub() as hub:
+        link = hub.link(target["host"], target["port"])
+        prefix = f"atdeadline{os.getpid()}{flavor}"
+        locks = readme_client(flavor, link.port, prefix)
+        told: list[float] = []
+        try:
+            lock = locks.lock("report", ttl=1, renew=True, owner="holder")
+            lease = await call(flavor, lock.acquire)
+            lease.on_lost(lambda _: told.append(time.monotonic()))
+            link.set(mode=Mode.BLACKHOLE)
+            while not lease.lost:  # noqa: ASYNC110 - the lease's own clock turns it
+                await asyncio.sleep(0.001)
+            released = asyncio.create_task(call(flavor, lock.release))
+            await asyncio.sleep(0.3)
+            assert told, "on_lost waited for the release's reply on a black-holed link"
+            link.set()
+            await released
+        finally:
+            link.set()
+            if flavor == "async":
+                await locks.aclose()
+            else:
+                locks.close()

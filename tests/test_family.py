@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 import redlease
+from conftest import token_in
 from redlease import ReleaseOutcome
 
 pytestmark = pytest.mark.timeout(60)
@@ -565,14 +566,14 @@ async def test_a_multi_lock_takes_all_or_nothing(make_family, server, prefix):
     with pytest.raises(redlease.LockTimeout):
         await trying
     assert not server.exists(f"{prefix}:{{a}}", f"{prefix}:{{c}}")
-    assert server.get(f"{prefix}:{{b}}") == busy.token
+    assert token_in(server.get(f"{prefix}:{{b}}")) == busy.token
     assert server.llen(f"{prefix}:{{b}}:queue") == 0
 
     taking = asyncio.create_task(multi.acquire(timeout=5))
     await asyncio.sleep(0.2)
     await other.lock("b").release()
     held = await asyncio.wait_for(taking, 5)
-    tokens = {server.get(f"{prefix}:{{{name}}}") for name in ("a", "b", "c")}
+    tokens = {token_in(server.get(f"{prefix}:{{{name}}}")) for name in ("a", "b", "c")}
     assert tokens == {held.leases[0].token}
     assert sorted(held.fences) == ["a", "b", "c"]
     assert await multi.release() is ReleaseOutcome.RELEASED
@@ -632,6 +633,8 @@ async def test_a_multi_lock_waits_out_its_busy_parts_one_after_another(make_fami
     await other.lock("b").release()
 
     held = await asyncio.wait_for(taking, 5)
-    assert {server.get(f"{prefix}:{{{name}}}") for name in ("a", "b")} == {held.leases[0].token}
+    assert {token_in(server.get(f"{prefix}:{{{name}}}")) for name in ("a", "b")} == {
+        held.leases[0].token
+    }
     assert held.fences == {"a": 2, "b": 2}
     assert await multi.release() is ReleaseOutcome.RELEASED

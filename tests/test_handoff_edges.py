@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from conftest import fence_key
 from redlease import LockTimeout, NotReplicated, ReleaseOutcome
 from test_replication import REPLICA_TIMEOUT
 from test_wakeups import start_waiter
@@ -68,7 +69,7 @@ async def test_a_waiter_paused_through_its_hand_off_never_gets_a_dead_lease(
         await queued(server, f"{prefix}:{{paused}}:queue", 1)
         process.send_signal(signal.SIGSTOP)
         await lock.release()  # handed to the paused waiter, with its 1 s lease
-        handed = int(server.get(f"{prefix}:{{paused}}:fence"))
+        handed = int(server.get(fence_key(prefix, "paused")))
         await asyncio.sleep(1.5)  # the handed lease ends while the waiter sleeps
         process.send_signal(signal.SIGCONT)
         line = await asyncio.to_thread(process.stdout.readline)

@@ -16,6 +16,7 @@ import pytest
 import redis
 
 import redlease
+from conftest import fence_key, token_in
 from redlease import ReleaseOutcome
 
 HOLDER = str(Path(__file__).with_name("holder.py"))
@@ -60,7 +61,7 @@ async def test_lock_and_ttl_are_set_together(make_locks, server, prefix):
     async with locks.lock("orders", ttl=7.5) as lease:
         key = f"{prefix}:{{orders}}"
         assert 0 < server.pttl(key) <= 7500
-        assert server.get(key) == lease.token
+        assert token_in(server.get(key)) == lease.token
     async with locks.lock("default") as lease:
         assert 25_000 < server.pttl(f"{prefix}:{{default}}") <= 30_000
         assert lease.ttl == redlease.DEFAULT_TTL
@@ -78,7 +79,7 @@ async def test_an_expired_holder_cannot_delete_the_next_holders_lock(make_locks,
     assert stale.lost
     assert "taken over" in (stale.lost_reason or "")
     assert await fast.owned()
-    assert server.get(f"{prefix}:{{report}}") == current.token
+    assert token_in(server.get(f"{prefix}:{{report}}")) == current.token
     await fast.release()
 
 
@@ -133,7 +134,7 @@ async def test_a_second_owner_is_refused_while_the_first_holds(make_locks, serve
     assert isinstance(raised.value, TimeoutError)
     with pytest.raises(redlease.NotOwned):
         await other.release()
-    assert server.get(f"{prefix}:{{invoice}}") == held.token
+    assert token_in(server.get(f"{prefix}:{{invoice}}")) == held.token
     assert await first.lock("invoice").owned()
     await first.lock("invoice").release()
 
@@ -305,11 +306,11 @@ async def test_a_foreign_value_at_the_lock_key_is_named_and_left_alone(
     assert raised.value.key == key
     assert raised.value.found == found
     assert server.type(key) == found
-    assert not server.exists(f"{key}:fence")
+    assert not server.exists(fence_key(prefix, "taken"))
 
 
 async def test_a_foreign_value_at_the_fence_key_leaves_no_lease_behind(make_locks, server, prefix):
-    server.set(f"{prefix}:{{audit}}:fence", "not-a-number")
+    server.set(fence_key(prefix, "audit"), "not-a-number")
     lock = (await make_locks()).lock("audit")
     with pytest.raises(redlease.WrongKeyType, match="fence"):
         await lock.acquire()
@@ -317,7 +318,7 @@ async def test_a_foreign_value_at_the_fence_key_leaves_no_lease_behind(make_lock
 
 
 async def test_a_maxed_fence_counter_refuses_new_grants(make_locks, server, prefix):
-    server.set(f"{prefix}:{{old}}:fence", str(2**63 - 1))
+    server.set(fence_key(prefix, "old"), str(2**63 - 1))
     lock = (await make_locks()).lock("old")
     with pytest.raises(redlease.FenceExhausted):
         await lock.acquire()

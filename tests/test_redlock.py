@@ -21,7 +21,7 @@ import pytest_asyncio
 import redis
 
 import redlease
-from conftest import SyncLocksAdapter
+from conftest import SyncLocksAdapter, fence_key, token_in
 from redlease import ReleaseOutcome, ServerUnavailable
 from redlease.server import EmbeddedServer
 
@@ -61,7 +61,7 @@ def values(servers: list[EmbeddedServer], key: str) -> list[str | None]:
             found.append("down")
             continue
         with redis.Redis(port=server.port, decode_responses=True) as client:
-            found.append(client.get(key))
+            found.append(token_in(client.get(key)))
     return found
 
 
@@ -117,15 +117,15 @@ async def test_three_masters_down_refuse_with_server_unavailable(make_redlock, m
 async def test_tokens_increase_across_holders_and_every_counter_is_lifted(
     make_redlock, masters, prefix
 ):
-    fence_key = f"{prefix}:{{payout}}:fence"
+    payout_fence = fence_key(prefix, "payout")
     with redis.Redis(port=masters[4].port) as behind_our_back:
-        behind_our_back.set(fence_key, 41)  # one master's counter ran ahead of the others
+        behind_our_back.set(payout_fence, 41)  # one master's counter ran ahead of the others
     fences = []
     for _ in range(3):
         client = make_redlock(masters)
         lease = await client.lock("payout", ttl=10).acquire(timeout=2)
         fences.append(lease.fence)
-        assert values(masters, fence_key) == [str(lease.fence)] * 5
+        assert values(masters, payout_fence) == [str(lease.fence)] * 5
         assert await client.lock("payout").release() is ReleaseOutcome.RELEASED
 
     assert fences[0] >= 42, "the largest counter of the quorum wins"

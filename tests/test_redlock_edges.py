@@ -19,7 +19,7 @@ import pytest
 import redis
 
 import redlease
-from conftest import SyncLocksAdapter
+from conftest import SyncLocksAdapter, fence_key
 from redlease.chaos.proxy import ProxyHub
 from redlease.scripts import ScriptName
 from redlease.server import EmbeddedServer
@@ -64,7 +64,7 @@ async def test_a_fence_never_goes_back_when_raising_the_counters_fails_on_a_majo
             for script in ScriptName:  # so the first EVALSHA is the real one
                 admin.script_load(script.source)
     with redis.Redis(port=first.port) as admin:
-        admin.set(f"{prefix}:{{job}}:fence", 10)
+        admin.set(fence_key(prefix, "job"), 10)
     with ProxyHub() as hub:
         links = [hub.link("127.0.0.1", server.port) for server in masters]
         for link in links[1:]:

@@ -16,16 +16,13 @@ import pytest
 import redis
 
 import redlease
+from conftest import fence_key
 from redlease import ReleaseOutcome
 from redlease.core.subscriptions import has_sharded_pubsub
 
 BEYOND_DOUBLES = 2**53 + 2
 """A counter whose next token, 2^53 + 3, is the first a Lua number (a double) rounds."""
 TOP = 2**63 - 1
-
-
-def fence_key(prefix: str, name: str) -> str:
-    return f"{prefix}:{{{name}}}:fence"
 
 
 async def test_fences_past_two_to_the_53_are_exact_and_strictly_increasing(

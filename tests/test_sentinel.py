@@ -21,6 +21,7 @@ import redis
 import redis.asyncio.sentinel
 import redis.sentinel
 
+from conftest import token_in
 from redlease import NotReplicated, ReleaseOutcome
 from redlease.topology import LocalSentinel
 
@@ -34,7 +35,7 @@ def master_value(topology: LocalSentinel, key: str) -> str | None:
     """The key on whichever server the sentinels name as master, asked directly."""
     host, port = topology.master_address()
     with redis.Redis(host=host, port=port, decode_responses=True) as client:
-        return client.get(key)
+        return token_in(client.get(key))
 
 
 async def eventually(condition: Callable[[], object], within: float, every: float = 0.02) -> bool:

@@ -1,23 +1,42 @@
 """Key naming: every key of one lock lives in the same Redis Cluster hash slot.
 
 A lock named ``orders:42`` under the default prefix owns the keys
-``redlease:{orders:42}`` (the lease), ``redlease:{orders:42}:fence`` (the fencing
-counter, which outlives leases so tokens never go back), the waiter queue
-``redlease:{orders:42}:queue`` and release latches ``redlease:{orders:42}:latch:<token>``;
-a waiter listens on its own channel ``redlease:{orders:42}:wake:<token>``.
+``redlease:{orders:42}`` (the lease) and, while waiters come, the waiter queue
+``redlease:{orders:42}:queue``; its fencing token comes from the counter of its cluster
+slot, ``redlease:{<slot tag>}:fence`` (see :func:`slot_tag`), which outlives every lease so
+tokens never go back, and which the other names of the slot share.
 The braces are the cluster hash tag, so names may not contain braces themselves.
 """
 
 from __future__ import annotations
 
 import math
+from binascii import crc_hqx
 from dataclasses import dataclass, field
+from importlib.resources import files
 
 from redlease.errors import InvalidArgument, InvalidName
 
 DEFAULT_PREFIX = "redlease"
 MAX_NAME_BYTES = 1024
 MAX_TTL_MS = 10**12
+
+
+SLOTS = 16384
+_slot_tags: list[str] = []
+
+
+def slot_tag(name: str) -> str:
+    """The shortest hash tag that lands in the same cluster slot as ``{name}``.
+
+    A lock's fencing counter lives under it, so one counter serves every name of a slot
+    (nothing is kept per name once its lease is gone) and the lock's scripts still touch
+    one slot only. The table is ``slot_tags.txt`` (written by ``tools/slot_tags.py``).
+    """
+    if not _slot_tags:
+        table = files("redlease").joinpath("slot_tags.txt").read_text(encoding="ascii")
+        _slot_tags.extend(table.split())
+    return _slot_tags[crc_hqx(name.encode("utf-8"), 0) % SLOTS]
 
 
 def validate_name(name: object) -> str:
@@ -76,7 +95,7 @@ class LockKeys:
     lease: str = field(init=False, repr=False, compare=False)
     """The lease itself (the base key)."""
     fence: str = field(init=False, repr=False, compare=False)
-    """The fencing counter."""
+    """The fencing counter: one per cluster slot, shared by every name of the slot."""
     queue: str = field(init=False, repr=False, compare=False)
     wake_prefix: str = field(init=False, repr=False, compare=False)
 
@@ -84,7 +103,7 @@ class LockKeys:
         base = f"{self.prefix}:{{{self.name}}}"
         object.__setattr__(self, "base", base)
         object.__setattr__(self, "lease", base)
-        object.__setattr__(self, "fence", f"{base}:fence")
+        object.__setattr__(self, "fence", f"{self.prefix}:{{{slot_tag(self.name)}}}:fence")
         object.__setattr__(self, "queue", f"{base}:queue")
         object.__setattr__(self, "wake_prefix", f"{base}:wake:")
 

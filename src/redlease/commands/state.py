@@ -18,11 +18,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from redlease.core.claims import split_lease_value
 from redlease.keys import LockKeys
 
 __all__ = ["Holder", "LockState", "evict", "names", "parse_token", "snapshot", "snapshots"]
 
 SCAN_COUNT = 1000
+FENCE_SUFFIX = "}:fence"
 QUEUE_SHOWN = 100
 
 # KEYS: lease, fence, queue, holders, writer, count. ARGV[1]: how many waiters to list.
@@ -106,13 +108,16 @@ class LockState:
 
     name: str
     fence: int | None
-    """The last fencing token handed out for the name (the current holder's, for a lock)."""
+    """The current holder's fencing token, for a held lock; otherwise the last token the
+    name's cluster slot handed out (the counter the slot's names share)."""
     waiters: int
     """Queue entries; a waiter that left is only removed when the lock would reach it."""
     holders: list[Holder] = field(default_factory=list)
     latch_count: int | None = None
     latch_ttl_s: float | None = None
     queued: list[Holder] = field(default_factory=list)
+    slot_counter: int | None = None
+    """The fencing counter of the name's cluster slot: it grows with every grant there."""
 
     @property
     def held(self) -> bool:
@@ -223,8 +228,10 @@ def _state(keys: LockKeys, reply: Any) -> LockState:
     queued = [_waiter(_text(entry)) for entry in queue]
     writer_involved = writer is not None or any(entry.kind == "rw-write" for entry in queued)
     holders: list[Holder] = []
+    holder_fence = None
     if lease is not None:
-        holders.append(_holder("lock", _text(lease), _seconds(lease_pttl)))
+        holder_fence, token = split_lease_value(_text(lease))
+        holders.append(_holder("lock", token, _seconds(lease_pttl)))
     if writer is not None:
         holders.append(_holder("rw-write", _text(writer), _seconds(writer_pttl)))
     shared_kind = "rw-read" if writer_involved else "shared"
@@ -232,9 +239,11 @@ def _state(keys: LockKeys, reply: Any) -> LockState:
         holders.append(_holder(shared_kind, _text(token), (int(expiry) - int(now)) / 1000))
     if not writer_involved:
         queued = [_retyped(entry) for entry in queued]
+    counter = int(fence) if fence is not None and _text(fence).isdigit() else None
     return LockState(
         name=keys.name,
-        fence=int(fence) if fence is not None and _text(fence).isdigit() else None,
+        fence=holder_fence if holder_fence is not None else counter,
+        slot_counter=counter,
         waiters=int(queue_length),
         holders=holders,
         latch_count=int(count) if count is not None and _is_int(_text(count)) else None,
@@ -246,7 +255,7 @@ def _state(keys: LockKeys, reply: Any) -> LockState:
 def evict(client: Any, keys: LockKeys) -> list[Holder]:
     """Delete the lease, writer and holders of ``keys.name`` at once; return who held them."""
     lease, writer, shared = client.eval(EVICT_SCRIPT, 3, keys.lease, keys.writer, keys.holders)
-    evicted = [_holder("lock", _text(lease), None)] if lease is not None else []
+    evicted = [_holder("lock", split_lease_value(_text(lease))[1], None)] if lease else []
     if writer is not None:
         evicted.append(_holder("rw-write", _text(writer), None))
     evicted.extend(_holder("shared", _text(token), None) for token in shared)
@@ -256,8 +265,8 @@ def evict(client: Any, keys: LockKeys) -> list[Holder]:
 def _names_of(keys: Iterable[Any], start: str) -> Iterator[str]:
     for key in keys:
         text = _text(key)
-        if not text.startswith(start):
-            continue
+        if not text.startswith(start) or text.endswith(FENCE_SUFFIX):
+            continue  # a slot's fencing counter, not a lock: its tag is no lock name
         end = text.find("}", len(start))
         if end > len(start):
             yield text[len(start) : end]

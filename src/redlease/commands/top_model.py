@@ -4,7 +4,8 @@ Pure bookkeeping over :class:`~redlease.commands.state.LockState` readings and t
 monotonic clock, so it is tested without a terminal. Every figure is derived from what a
 reading can see, and the limits that follow are part of the contract (docs/cli.md):
 
-* ``ACQ/S``: growth of the name's fence counter per second between the last two full
+* ``ACQ/S``: growth of the fence counter of the name's cluster slot per second (the slot's
+  names share it: usually this name alone) between the last two full
   readings. Every grant draws one token (lock, fair lock, writer, reader, permit, also a
   hand-off), so this counts grants; a latch has no fence and shows ``-``.
 * ``LOST``: leases that ran out while held, since ``top`` started: a holder's token that
@@ -157,7 +158,7 @@ class Tracker:
 
     @staticmethod
     def _note_fence(entry: _Name, state: LockState | None, at: float) -> None:
-        fence = state.fence if state is not None else None
+        fence = state.slot_counter if state is not None else None
         if fence is not None and entry.fence is not None and at > entry.fence_at:
             entry.rate = max(fence - entry.fence, 0) / (at - entry.fence_at)
         else:

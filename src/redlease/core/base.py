@@ -18,7 +18,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from redlease.core.claims import Claim, ExclusiveClaim
+from redlease.core.claims import Claim, ExclusiveClaim, split_lease_value
 from redlease.core.hooks import ACQUIRED, ERROR, TIMEOUT, AcquireEvent, Hooks, is_silent
 from redlease.core.lease import Lease, LostCallback, ReleaseOutcome, local_deadline
 from redlease.core.protocol import HANDED_OVER, AcquireRequest, Clock, Grant, release_reason
@@ -422,11 +422,18 @@ class LockBase(LeasedBase[LocksT]):
         return lease, ttl_to_ms(ttl) if ttl is not None else lease.ttl_ms
 
     def _is_ours(self, value: object) -> bool:
+        """Whether ``value``, read at the lease's key, names the current owner's lease."""
         lease = self.lease
         if lease is None or value is None:
             return False
         text = value.decode() if isinstance(value, bytes) else str(value)
-        return text == lease.token
+        return self._token_in(text) == lease.token
+
+    @staticmethod
+    def _token_in(value: str) -> str:
+        """The owner token in what the lease key holds (an exclusive lease's
+        ``<fence>:<token>``)."""
+        return split_lease_value(value)[1]
 
 
 def check_timeout(timeout: object) -> float:

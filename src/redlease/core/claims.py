@@ -17,11 +17,22 @@ from redlease.keys import LockKeys
 from redlease.scripts import ScriptName
 
 RELEASE_LATCH_MS = 10_000
-"""How long a release remembers its answer for a retry (the latch key's own TTL). A give-back
-(a grant the caller will not use) leaves no latch, so its token may be granted again."""
+"""How long a release remembers its answer for a release sent again after a lost reply (the
+latch key's own TTL). A give-back (a grant the caller will not use) leaves no latch, so its
+token may be granted again."""
 
-STRING_LEASE, SORTED_SET_LEASE = "s", "z"
-"""How ``renew.lua`` finds a lease: a string holding the token, or a scored member."""
+EXCLUSIVE_LEASE, STRING_LEASE, SORTED_SET_LEASE = "x", "s", "z"
+"""How ``renew.lua`` finds a lease: a ``<fence>:<token>`` string (an exclusive lock), a
+string holding the token (a writer), or a scored member (a reader, a permit)."""
+
+
+def split_lease_value(value: str) -> tuple[int | None, str]:
+    """An exclusive lease's value, ``<fence>:<token>``, as ``(fence, token)``; a value of
+    another shape as ``(None, value)``."""
+    fence, separator, token = value.partition(":")
+    if separator and fence.isdigit():
+        return int(fence), token
+    return None, value
 
 
 class Claim(Protocol):
@@ -57,7 +68,7 @@ class ExclusiveClaim:
     fair: bool = False
     acks: ReplicaAcks | None = None
 
-    renew_kind = STRING_LEASE
+    renew_kind = EXCLUSIVE_LEASE
 
     @property
     def renew_key(self) -> str:
@@ -92,9 +103,10 @@ class ExclusiveClaim:
         )
 
     def release_op(self, withdraw: bool, *, latch: bool = True) -> RunScript:
+        """The release (``latch``: remember the answer for a release sent again)."""
         return RunScript(
             ScriptName.RELEASE,
-            (self.keys.lease, self.keys.latch(self.token), self.keys.queue, self.keys.fence),
+            (self.keys.lease, self.keys.queue, self.keys.fence, self.keys.latch(self.token)),
             (
                 self.token,
                 RELEASE_LATCH_MS if latch else 0,
@@ -163,7 +175,7 @@ class SharedClaim:
     def acquire_op(self, queue_mode: str) -> RunScript:
         return self._op("acquire", queue_mode)
 
-    def release_op(self, withdraw: bool, *, latch: bool = True) -> RunScript:
+    def release_op(self, withdraw: bool, *, retry: bool = False, latch: bool = True) -> RunScript:
         return self._op("release", self.member if withdraw else "", latch)
 
     def downgrade_op(self) -> RunScript:

@@ -42,6 +42,10 @@ class WriteLockBase(LockBase[LocksT]):
     role_suffix = WRITE
     kind = "write"
 
+    @staticmethod
+    def _token_in(value: str) -> str:
+        return value  # the writer key holds the token itself
+
     def __init__(self, locks: LocksT, name: str, **options: object) -> None:
         super().__init__(locks, name, **options)  # type: ignore[arg-type]
         self.reader: LockBase[LocksT] | None = None

@@ -36,8 +36,9 @@ NETWORK_ERRORS: tuple[type[Exception], ...] = (*ConnectionErrors, *TimeoutErrors
 EXPIRY_SLACK_S = 0.002
 """Added to a holder's remaining TTL when waiting on it, so the retry finds it expired."""
 
-NOT_QUEUED, QUEUED = "0", "1"
-"""How an acquire attempt treats the waiter queue (see ``acquire.lua``)."""
+NOT_QUEUED, JOIN_QUEUE, QUEUED = "0", "1", "2"
+"""How an acquire attempt treats the waiter queue (see ``acquire.lua``): not at all, join
+it, or be in it again if a fault dropped the entry."""
 SUBSCRIBE_TIMEOUT_S = 10.0
 """The longest a waiter waits for the server to confirm its subscription."""
 
@@ -143,7 +144,7 @@ def acquire_flow(request: AcquireRequest, clock: Clock) -> Flow:
     if request.contended and request.blocking:
         if not (yield from _subscribe(claim, deadline, clock)):
             return None
-        queue = QUEUED
+        queue = JOIN_QUEUE
     while True:
         attempt = yield from _attempt(claim, queue, clock)
         if isinstance(attempt, Grant):
@@ -158,8 +159,9 @@ def acquire_flow(request: AcquireRequest, clock: Clock) -> Flow:
         if queue == NOT_QUEUED:
             if not (yield from _subscribe(claim, deadline, clock)):
                 return None
-            queue = QUEUED
+            queue = JOIN_QUEUE
             continue
+        queue = QUEUED
         if attempt is None:
             continue  # a grant that was over on arrival was given back: ask again
         handoff = yield Wait(min(remaining, attempt.wait_s))
@@ -275,8 +277,8 @@ def release_flow(
     whatever was handed to it meanwhile is passed on. Returns the script's code:
     :data:`RELEASED`, :data:`HANDED_OVER`, :data:`EXPIRED` or :data:`TAKEN_OVER`.
     """
-    operation = claim.release_op(withdraw, latch=latch)
     for attempt in range(1, attempts + 1):
+        operation = claim.release_op(withdraw, latch=latch)
         try:
             reply = yield operation
         except NETWORK_ERRORS as exc:

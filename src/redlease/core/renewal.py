@@ -22,6 +22,17 @@ from redlease.core.ops import RunScript
 from redlease.scripts import ScriptName
 
 RETRY_AFTER_ERROR_S = 0.2
+EARLY_FRACTION = 0.02
+EARLY_LIMIT_S = 0.025
+
+
+def told_at(lease: Lease) -> float:
+    """When the worker reports a lease whose renewal was not confirmed: a little before its
+    local deadline (2 % of the TTL, at most 25 ms), so that a worker woken late on a busy
+    machine still tells the holder before the deadline, and before the server's expiry."""
+    return lease.expires_at - min(lease.ttl * EARLY_FRACTION, EARLY_LIMIT_S)
+
+
 IDLE_LOOK_S = 1.0
 BATCH_SIZE = 500
 """Leases per renewal script call; several calls go out in one pipeline."""
@@ -57,7 +68,7 @@ class RenewalSchedule:
             if not add and lease not in self._due:
                 return False
             due = self._due[lease] = sent_at + lease.ttl / 3 if lease.renewing else math.inf
-            return min(due, lease.expires_at) < self._planned
+            return min(due, told_at(lease)) < self._planned
 
     def leases(self) -> list[Lease]:
         """Every lease watched now."""
@@ -78,29 +89,31 @@ class RenewalSchedule:
         """
         with self._guard:
             soonest = min(
-                (min(due, lease.expires_at) for lease, due in self._due.items()),
+                (min(due, told_at(lease)) for lease, due in self._due.items()),
                 default=math.inf,
             )
             self._planned = min(soonest, now + IDLE_LOOK_S)
             return self._planned
 
     def earliest_deadline(self) -> float:
-        """The soonest local deadline of any watched lease: a renewal round must end by then."""
+        """When the soonest watched lease is reported lost unless renewed: a renewal round
+        must end by then."""
         with self._guard:
-            return min((lease.expires_at for lease in self._due), default=math.inf)
+            return min((told_at(lease) for lease in self._due), default=math.inf)
 
     def take_due(self, now: float) -> list[Lease]:
         with self._guard:
             return [
                 lease
                 for lease, due in self._due.items()
-                if due - lease.ttl / 6 <= now < lease.expires_at
+                if due - lease.ttl / 6 <= now < told_at(lease)
             ]
 
     def expire(self, now: float) -> list[tuple[Lease, list[LostCallback]]]:
-        """Leases whose local deadline has come: no longer watched, marked lost."""
+        """Leases whose local deadline has come (see :func:`told_at`): no longer watched,
+        marked lost."""
         with self._guard:
-            over = [lease for lease in self._due if lease.expires_at <= now]
+            over = [lease for lease in self._due if told_at(lease) <= now]
             for lease in over:
                 del self._due[lease]
             return [(lease, lease.mark_lost(PAST_DEADLINE)) for lease in over]
@@ -118,7 +131,7 @@ class RenewalSchedule:
             for lease, answer in zip(batch, answers, strict=True):
                 if lease not in self._due:
                     continue
-                in_time = now < lease.expires_at
+                in_time = now < told_at(lease)
                 if answer and in_time:
                     lease.expires_at = local_deadline(sent_at, lease.ttl_ms)
                     lease.renewals += 1

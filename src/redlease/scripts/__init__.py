@@ -30,7 +30,13 @@ class ScriptName(enum.Enum):
 
 
 WITH_LIBRARY = frozenset(
-    {ScriptName.ACQUIRE, ScriptName.RELEASE, ScriptName.SHARED, ScriptName.MULTI_ACQUIRE}
+    {
+        ScriptName.ACQUIRE,
+        ScriptName.RELEASE,
+        ScriptName.RENEW,
+        ScriptName.SHARED,
+        ScriptName.MULTI_ACQUIRE,
+    }
 )
 
 

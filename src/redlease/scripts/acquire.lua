@@ -1,14 +1,18 @@
--- Grant an exclusive lease: set owner and TTL together, and draw the next fencing token.
--- KEYS[1] lease key (string: owner token, always with a PX expiry)
--- KEYS[2] fence counter (integer, never expires, so tokens never go back)
+-- Grant an exclusive lease: set owner, fence and TTL together.
+-- KEYS[1] lease key (string '<fence>:<owner token>', always with a PX expiry)
+-- KEYS[2] fence counter of the lock's cluster slot (integer, never expires, so tokens
+--         never go back; the names of one slot share it)
 -- KEYS[3] waiter queue (list of '<ttl_ms>:<token>' in arrival order)
 -- ARGV[1] owner token, ARGV[2] ttl in ms,
 -- ARGV[3] '1' fair: a free lock goes to the first live waiter, never to a newcomer,
 -- ARGV[4] 'publish' or 'spublish', ARGV[5] wake-up channel prefix (a waiter listens on
 --         prefix .. its token),
--- ARGV[6] '0' not queued, '1' queued: be in the waiter queue while the lock is held (the
---         caller is already subscribed to its own channel, so a hand-off cannot be
---         missed); an entry a restart or a failed hand-off dropped is put back
+-- ARGV[6] '0' not queued, '1' join the waiter queue if the lock is held (the caller is
+--         already subscribed to its own channel, so a hand-off cannot be missed),
+--         '2' queued before: put the entry back if a restart or a failed hand-off
+--         dropped it
+-- The lease is read first: a free lock costs a read, an increment and a SET; a refusal
+-- draws no fence.
 -- A hand-off message carries '<fence>:<server ms>', and a refusal the server's time too,
 -- so a waiter can date its lease by the server's clock even if it was paused meanwhile.
 -- Fences travel as decimal strings (see lib.lua).
@@ -18,9 +22,9 @@
 --             (handed the lock, it could stop and let it expire that much later)
 --         {-1, type, key index} a foreign value at KEYS[index]: another type, or a string
 --             without expiry at the lease key (ours never lack one)
---         {-2, message} the fence counter cannot be incremented, or vanished
+--         {-2, message} the fence counter cannot be incremented
 local lease, fence_key, queue = KEYS[1], KEYS[2], KEYS[3]
-local token, ttl, publish, wake, queued = ARGV[1], ARGV[2], ARGV[4], ARGV[5], ARGV[6] ~= '0'
+local token, ttl, publish, wake, mode = ARGV[1], ARGV[2], ARGV[4], ARGV[5], ARGV[6]
 local member = ttl .. ':' .. token
 
 if ARGV[3] == '1' and redis.call('exists', lease) == 0 then
@@ -43,47 +47,52 @@ if ARGV[3] == '1' and redis.call('exists', lease) == 0 then
     end
     redis.call('lpop', queue)
     if sent > 0 then
-      redis.call('set', lease, head_token, 'PX', head_ttl)
+      redis.call('set', lease, fence .. ':' .. head_token, 'PX', head_ttl)
       break
     end
   end
 end
 
-if redis.call('set', lease, token, 'NX', 'PX', ttl) then
+local value = redis.pcall('get', lease)
+if not value then
   local fence, err = draw_fence(fence_key)
   if not fence then
-    redis.call('del', lease)
     return {-2, err}
   end
-  if queued then
+  redis.call('set', lease, fence .. ':' .. token, 'PX', ttl)
+  if mode ~= '0' then
     redis.pcall('lrem', queue, 1, member)
   end
   return {1, fence}
 end
-
-local owner = redis.pcall('get', lease)
-if type(owner) == 'table' then
+if type(value) == 'table' then
   return {-1, redis.call('type', lease).ok, 1}
 end
-if owner == token then
+if token_of(value) == token then
   -- already ours: the token is new per acquisition, so this is a lost reply being retried
   -- or a hand-off whose message was lost (a reconnect)
-  if queued then
+  if mode ~= '0' then
     redis.pcall('lrem', queue, 1, member)
   end
-  local fence = current_fence(fence_key)
-  if not fence then
-    return {-2, 'the fencing counter vanished while the lock was held'}
-  end
-  return {1, fence}
+  return {1, fence_of(value) or '0'}
 end
 local pttl = redis.call('pttl', lease)
 if pttl < 0 then
   return {-1, 'string', 1}
 end
 local wait = pttl
-if queued then
-  local ahead = ensure_queued(queue, member)
+if mode ~= '0' then
+  local ahead
+  if mode == '1' then
+    ahead = redis.pcall('lrange', queue, 0, -1)
+    if type(ahead) == 'table' and not ahead.err then
+      redis.call('rpush', queue, member)
+    else
+      ahead = nil
+    end
+  else
+    ahead = ensure_queued(queue, member)
+  end
   if not ahead then
     return {-1, redis.call('type', queue).ok, 3}
   end

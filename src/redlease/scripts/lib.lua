@@ -12,7 +12,12 @@ end
 local function draw_fence(key)
   local n = redis.pcall('incr', key)
   if type(n) == 'table' then
-    return nil, n.err
+    local err = n.err
+    if string.find(err, 'WRONGTYPE', 1, true) or string.find(err, 'not an integer', 1, true)
+        or string.find(err, 'overflow', 1, true) then
+      return nil, err
+    end
+    error(n)  -- not the counter's fault (a read-only replica, out of memory): say so as is
   end
   if n < 9007199254740992 then
     return string.format('%d', n)
@@ -60,4 +65,18 @@ local function ensure_queued(queue, member)
   local ahead = redis.call('lrange', queue, 0, -1)
   redis.call('rpush', queue, member)
   return ahead
+end
+
+-- An exclusive lease's value is '<fence>:<token>': the fence travels with the lease, since
+-- the counter (one per cluster slot) moves on with other names. These split it.
+local function token_of(value)
+  local sep = string.find(value, ':', 1, true)
+  if not sep then
+    return value
+  end
+  return string.sub(value, sep + 1)
+end
+
+local function fence_of(value)
+  return string.match(value, '^(%d+):')
 end

@@ -1,16 +1,19 @@
 -- Take several exclusive locks in one atomic step, all or none.
--- KEYS[2i-1] lease key of lock i, KEYS[2i] its fence counter (all in one slot, or a
--- server that is not a cluster)
+-- KEYS[2i-1] lease key of lock i ('<fence>:<token>'), KEYS[2i] its slot's fence counter
+-- (all in one slot, or a server that is not a cluster)
 -- ARGV[1] owner token (one for all the locks), ARGV[2] ttl in ms. A lock that already
 -- holds this token (handed over while the caller waited for it) is kept, lease refreshed.
 -- Every fence is drawn before anything is written, so a failing counter takes nothing.
--- Returns {1, fence_1, ..., fence_n} all granted (decimal strings; a kept lock reports
---            its current token) |
+-- Returns {1, fence_1, ..., fence_n} all granted (decimal strings; a kept lock keeps
+--            its fence) |
 --         {0, i, pttl} lock i is held by another: nothing was taken |
 --         {-1, i, type} lock i's key is foreign | {-2, i, message} lock i's counter fails
 local n = #KEYS / 2
 for i = 1, n do
   local owner = redis.pcall('get', KEYS[2 * i - 1])
+  if type(owner) == 'string' then
+    owner = token_of(owner)
+  end
   if owner and owner ~= ARGV[1] then
     local pttl = redis.call('pttl', KEYS[2 * i - 1])
     if type(owner) == 'table' or pttl < 0 then
@@ -22,9 +25,10 @@ end
 local fences = {1}
 for i = 1, n do
   local fence, err
-  if redis.pcall('get', KEYS[2 * i - 1]) == ARGV[1] then
-    fence = current_fence(KEYS[2 * i])
-    err = 'the fencing counter vanished while the lock was held'
+  local kept = redis.pcall('get', KEYS[2 * i - 1])
+  if type(kept) == 'string' and token_of(kept) == ARGV[1] then
+    fence = fence_of(kept)
+    err = 'the lease of a kept lock carries no fence'
   else
     fence, err = draw_fence(KEYS[2 * i])
   end
@@ -34,6 +38,6 @@ for i = 1, n do
   fences[i + 1] = fence
 end
 for i = 1, n do
-  redis.call('set', KEYS[2 * i - 1], ARGV[1], 'PX', ARGV[2])
+  redis.call('set', KEYS[2 * i - 1], fences[i + 1] .. ':' .. ARGV[1], 'PX', ARGV[2])
 end
 return fences

@@ -25,7 +25,7 @@ from redlease.core.base import (
 )
 from redlease.core.claims import Claim
 from redlease.core.hooks import ERROR, Hooks, combine
-from redlease.core.lease import Lease, ReleaseOutcome
+from redlease.core.lease import PAST_DEADLINE, Lease, ReleaseOutcome
 from redlease.core.multi import one_slot
 from redlease.core.ops import RunScript, Subscribe
 from redlease.core.protocol import (
@@ -66,6 +66,7 @@ from redlease.sync._flavor import (
     loop_is_over,
     master_moved,
     shielded,
+    sleep,
     wrap_locked,
 )
 from redlease.sync.notify import Notifier, Waiter
@@ -81,6 +82,8 @@ if TYPE_CHECKING:
     )
 
 F = TypeVar("F", bound=Callable[..., Any])
+LATE_COMMAND_S = 0.2
+"""How long a command sent just before an interruption may still take to run."""
 FLOW_ERRORS: tuple[type[BaseException], ...] = (*NETWORK_ERRORS, ReplicaShortfall)
 """Errors of an operation that its flow decides about (thrown into it)."""
 logger = logging.getLogger("redlease")
@@ -390,6 +393,8 @@ class Locks(LocksBase):
         is sent again in the background while the interruption goes on to the caller, and the
         release latch gives the retry the same answer if the first attempt landed.
         """
+        if lease.lost:  # past its deadline: tell the holder now, not when the reply comes
+            fire(lease, lease.mark_lost(PAST_DEADLINE))
         try:
             code = self.drive(release_flow(lease.claim))
         except INTERRUPTIONS:
@@ -403,19 +408,28 @@ class Locks(LocksBase):
             fire(lease, callbacks)
         return outcome
 
-    def _finish_in_background(self, claim: Claim) -> None:
-        """Send an interrupted release again from a worker of its own (best effort)."""
+    def _finish_in_background(self, claim: Claim, *, withdraw: bool = False) -> None:
+        """Send an interrupted release (or withdrawal) again from a worker of its own."""
         self._finishing = {worker for worker in self._finishing if worker.alive()}
-        self._finishing.add(Worker(lambda: self._release_again(claim), "redlease-release"))
+        self._finishing.add(
+            Worker(lambda: self._release_again(claim, withdraw), "redlease-release")
+        )
 
-    def _release_again(self, claim: Claim) -> None:
+    def _release_again(self, claim: Claim, withdraw: bool) -> None:
         try:
-            self.drive(release_flow(claim))
+            if withdraw:
+                sleep(LATE_COMMAND_S)
+            self.drive(release_flow(claim, withdraw=withdraw))
         except (Exception, ReplicaShortfall):
             logger.debug("could not finish an interrupted release of %r", claim.keys.name)
 
     def _abandon(self, claim: Claim) -> None:
-        """An interrupted acquire may have been granted or queued: undo both, best effort."""
+        """An interrupted acquire may have been granted or queued: undo both, best effort.
+
+        The attempt that was cut short may still be on its way on the connection the
+        interruption closed, and run after this withdrawal: a second one follows shortly.
+        """
+        self._finish_in_background(claim.without_acks(), withdraw=True)
         try:
             flow = release_flow(claim.without_acks(), withdraw=True, attempts=1)
             shielded(self.drive(flow))

@@ -21,7 +21,7 @@ from redis import Redis
 from redlease.core.base import LocksBase, Owner, TokenFactory, random_token
 from redlease.core.claims import Claim
 from redlease.core.hooks import Hooks, combine
-from redlease.core.lease import Lease, ReleaseOutcome, drift_ms
+from redlease.core.lease import PAST_DEADLINE, Lease, ReleaseOutcome, drift_ms
 from redlease.core.ops import RunScript
 from redlease.core.protocol import (
     RELEASED,
@@ -217,6 +217,8 @@ class RedlockLock(LeaseHandle[Redlock]):
         lease = self._begin_release()
         if lease is None:
             return ReleaseOutcome.STILL_HELD
+        if lease.lost:  # past its deadline: tell the holder now, not when the replies come
+            fire(lease, lease.mark_lost(PAST_DEADLINE))
         replies = self.locks.each(lambda: release_flow(lease.claim))
         released = sum(1 for code in replies if isinstance(code, int) and code >= RELEASED)
         code = RELEASED if released >= self.locks.quorum else TAKEN_OVER
