@@ -1,7 +1,8 @@
 """The demos of ``redlease demo``: four problems a lock solves, one module each.
 
-To add a demo, write a module that builds a :class:`~redlease.demos.base.Demo` and list
-it in :data:`DEMOS`; ``redlease demo <name>`` then offers it with its own options.
+To add a demo, write a module that builds its :class:`~redlease.demos.base.Demo` with
+:func:`redlease.demos.scaffold.demo` and list it in :data:`DEMOS`; ``redlease demo <name>``
+then offers it with its own options.
 """
 
 from __future__ import annotations

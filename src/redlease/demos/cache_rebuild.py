@@ -10,58 +10,44 @@ calls the source.
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 from dataclasses import dataclass
 from typing import Any
 
-import redis
-
-from redlease.demos import display
-from redlease.demos.base import (
-    MAX_WORKERS,
-    Demo,
-    finish,
-    non_negative_float,
-    positive_float,
-    reachable_server,
-    worker_count,
-)
-from redlease.demos.crew import Event, RunKeys, Worker, remove_keys, run_crew
+from redlease.commands.common import non_negative_float, positive_float
+from redlease.demos.base import option, switch, workers_option
+from redlease.demos.crew import Event, Worker
+from redlease.demos.display import SILENT, Progress, Stage, counted, rows_of, summary_table
+from redlease.demos.namespace import Plan, as_text
+from redlease.demos.scaffold import demo, session
 from redlease.sync.lock import Locks
 
 __all__ = ["DEMO", "CacheResult", "CacheSettings", "run_cache_rebuild"]
 
 NAME = "cache-rebuild"
 LOCK_NAME = "cache-rebuild:report"
+CACHE = "cache"
+"""The key of the cached value."""
+SOURCE_CALLS = "source_calls"
+"""The key counting the calls to the slow source, from every process."""
 STOP_GRACE = 10.0
 
 
 @dataclass(frozen=True)
 class CacheSettings:
-    workers: int = 8
-    rebuild_seconds: float = 0.5
-    locked: bool = True
-    seconds: float = 60.0
+    """The options of ``redlease demo cache-rebuild``, one field each."""
 
-
-@dataclass(frozen=True)
-class CachePlan:
-    """What one process needs; it crosses the process boundary, so plain data only."""
-
-    keys: RunKeys
-    locked: bool
-    rebuild_seconds: float
-    seconds: float
-
-    @property
-    def cache(self) -> str:
-        return self.keys.key("cache")
-
-    @property
-    def source_calls(self) -> str:
-        return self.keys.key("source_calls")
+    workers: int = workers_option(8, "processes missing the cache at once")
+    rebuild_seconds: float = option(
+        0.5, non_negative_float, "S", "how long the slow source takes (default: %(default)s)"
+    )
+    locked: bool = switch(
+        "--no-lock", "rebuild without the lock, to see the stampede on the source"
+    )
+    seconds: float = option(
+        60.0, positive_float, "S", "longest a process waits for the lock (default: %(default)s)"
+    )
 
 
 @dataclass(frozen=True)
@@ -82,6 +68,9 @@ class CacheResult:
     longest_wait_s: float
 
 
+CachePlan = Plan[CacheSettings]
+
+
 def fetch(plan: CachePlan, worker: Worker) -> dict[str, Any]:
     """One process that needs the value: double-checked under the lock, or racing without.
 
@@ -89,10 +78,10 @@ def fetch(plan: CachePlan, worker: Worker) -> dict[str, Any]:
     stops the client's workers, which is no part of the wait).
     """
     began = time.monotonic()
-    value = worker.client.get(plan.cache)
+    value = worker.client.get(plan.key(CACHE))
     if value is not None:
         role, served_at = "read", time.monotonic()
-    elif not plan.locked:
+    elif not plan.settings.locked:
         role, value = "rebuilt", _rebuild(plan, worker)
         served_at = time.monotonic()
     else:
@@ -102,7 +91,7 @@ def fetch(plan: CachePlan, worker: Worker) -> dict[str, Any]:
     worker.emit({"role": role})
     return {
         "role": role,
-        "value": _text(value),
+        "value": as_text(value),
         "waited_s": round(served_at - began, 4),
         "served_at": served_at,
     }
@@ -110,8 +99,8 @@ def fetch(plan: CachePlan, worker: Worker) -> dict[str, Any]:
 
 def _fetch_locked(plan: CachePlan, worker: Worker, locks: Locks) -> tuple[str, bytes | str]:
     """Lock, check the cache again, rebuild only if it is still missing."""
-    with locks.lock(LOCK_NAME, timeout=plan.seconds):
-        value = worker.client.get(plan.cache)
+    with locks.lock(LOCK_NAME, timeout=plan.settings.seconds):
+        value = worker.client.get(plan.key(CACHE))
         if value is None:
             return "rebuilt", _rebuild(plan, worker)
         return "read", value
@@ -119,43 +108,34 @@ def _fetch_locked(plan: CachePlan, worker: Worker, locks: Locks) -> tuple[str, b
 
 def _rebuild(plan: CachePlan, worker: Worker) -> bytes:
     """The slow source: counted in Redis, so the parent sees every call from every process."""
-    worker.client.incr(plan.source_calls)
-    time.sleep(plan.rebuild_seconds)
+    worker.client.incr(plan.key(SOURCE_CALLS))
+    time.sleep(plan.settings.rebuild_seconds)
     value = f"report built by worker {worker.index} (pid {os.getpid()})".encode()
-    worker.client.set(plan.cache, value)
+    worker.client.set(plan.key(CACHE), value)
     return value
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
 def run_cache_rebuild(
-    url: str, settings: CacheSettings, on_progress: display.ProgressUpdate = lambda done: None
+    url: str, settings: CacheSettings, progress: Progress = SILENT
 ) -> CacheResult:
     """Miss the cache from every process at once; count the source calls; clean up."""
-    keys = RunKeys.fresh(NAME)
-    plan = CachePlan(keys, settings.locked, settings.rebuild_seconds, settings.seconds)
     served = 0
 
     def on_event(event: Event) -> None:
         nonlocal served
         served += 1
-        on_progress(served)
 
-    client = redis.Redis.from_url(url)
-    try:
-        crew = run_crew(
-            url,
-            NAME,
+    with session(url, NAME, progress) as run:
+        plan = CachePlan(run.keys, settings)
+        crew = run.crew(
             [(fetch, plan)] * settings.workers,
+            who=counted(settings.workers, "process"),
+            stage=Stage("missing the cache", settings.workers, "served"),
+            count=lambda elapsed: served,
             limit=settings.seconds + settings.rebuild_seconds + STOP_GRACE,
             on_event=on_event,
         )
-        source_calls = int(client.get(plan.source_calls) or 0)
-    finally:
-        remove_keys(client, keys.pattern)
-        client.close()
+        source_calls = int(run.client.get(plan.key(SOURCE_CALLS)) or 0)
     figures = [report.figures for report in crew.reports]
     rebuilders = sum(1 for figure in figures if figure["role"] == "rebuilt")
     return CacheResult(
@@ -171,74 +151,14 @@ def run_cache_rebuild(
     )
 
 
-def _configure(parser: argparse.ArgumentParser) -> None:
-    defaults = CacheSettings()
-    parser.add_argument(
-        "--workers",
-        type=worker_count,
-        default=defaults.workers,
-        metavar="N",
-        help=f"processes missing the cache at once, at most {MAX_WORKERS} (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--rebuild-seconds",
-        type=non_negative_float,
-        default=defaults.rebuild_seconds,
-        metavar="S",
-        help="how long the slow source takes (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--no-lock",
-        dest="locked",
-        action="store_false",
-        help="rebuild without the lock, to see the stampede on the source",
-    )
-    parser.add_argument(
-        "--seconds",
-        type=positive_float,
-        default=defaults.seconds,
-        metavar="S",
-        help="longest a process waits for the lock (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--json",
-        action="store_true",
-        help="print one JSON object with the figures instead of the table",
-    )
-
-
-def _run(args: argparse.Namespace) -> int:
-    settings = CacheSettings(
-        workers=args.workers,
-        rebuild_seconds=args.rebuild_seconds,
-        locked=args.locked,
-        seconds=args.seconds,
-    )
-    with (
-        reachable_server(args.url) as url,
-        display.progress("served", settings.workers, enabled=not args.json) as update,
-    ):
-        result = run_cache_rebuild(url, settings, update)
-    violation = (
-        f"the source was called {result.source_calls} times with the lock on"
-        if (result.locked and result.source_calls != 1)
-        else None
-    )
-    return finish(result, args.json, _show, violation)
-
-
 def _show(result: CacheResult) -> None:
     rows = [
         ("lock", "on" if result.locked else "off"),
-        ("workers", str(result.workers)),
-        ("source calls", str(result.source_calls)),
-        ("rebuilders", str(result.rebuilders)),
-        ("readers", str(result.readers)),
-        ("distinct values", str(result.distinct_values)),
+        *rows_of(result, "workers", "source_calls", "rebuilders", "readers", "distinct_values"),
         ("longest wait", f"{result.longest_wait_s:.3f} s"),
         ("seconds", f"{result.seconds:.3f}"),
     ]
-    display.summary_table("cache rebuild", rows)
+    summary_table("cache rebuild", rows)
     if result.source_calls == 1:
         print(
             f"Rebuilt once: 1 process called the source, {result.readers} waited on the "
@@ -251,7 +171,13 @@ def _show(result: CacheResult) -> None:
         )
 
 
-DEMO = Demo(
+def _violation(result: CacheResult) -> str | None:
+    if result.locked and result.source_calls != 1:
+        return f"the source was called {result.source_calls} times with the lock on"
+    return None
+
+
+DEMO = demo(
     name=NAME,
     summary="processes miss a cache at once; the lock lets exactly one rebuild it",
     description=(
@@ -262,6 +188,8 @@ DEMO = Demo(
         "wait on the lock and read. With --no-lock every process that missed calls the\n"
         "source: a cache stampede."
     ),
-    configure=_configure,
-    run=_run,
+    settings=CacheSettings,
+    play=run_cache_rebuild,
+    show=_show,
+    violation=_violation,
 )

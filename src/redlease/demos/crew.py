@@ -8,16 +8,19 @@ function ``job(plan, worker) -> figures``, and sends the figures back. While it 
 job may ``worker.emit({...})`` an event, which the parent receives with the time it
 happened, measured from the start signal.
 
-:class:`RunKeys` names every key of one run under a namespace of its own, so that runs
-on one server never mix, and :func:`remove_keys` deletes them all afterwards.
+A spawned process has no logging set up, so what the library logs there (a lease lost
+under ``watchdog --no-renew``) would vanish. Each worker therefore sends its ``redlease``
+log records over the same channel, and the parent hands them to its own ``redlease``
+logger: the command prints them as ``redlease: …`` lines, as it prints its own.
 """
 
 from __future__ import annotations
 
+import logging
+import logging.handlers
 import multiprocessing
 import queue
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
@@ -32,9 +35,7 @@ __all__ = [
     "Event",
     "Job",
     "Report",
-    "RunKeys",
     "Worker",
-    "remove_keys",
     "run_crew",
 ]
 
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 
     Outbox: TypeAlias = Queue[tuple[str, int, Any]]
 
+LOGGER = "redlease"
 POLL_INTERVAL = 0.05
 START_TIMEOUT = 60.0
 
@@ -58,51 +60,6 @@ class _StartSignal(Protocol):
     """The part of a ``multiprocessing`` event a worker uses."""
 
     def wait(self, timeout: float | None = ...) -> bool: ...
-
-
-@dataclass(frozen=True)
-class RunKeys:
-    """The keys of one run of one demo, unique to it.
-
-    The demo's own keys share one hash tag (one Redis Cluster slot, so fenced writes stay
-    single-slot scripts); the locks live under :attr:`lock_prefix`, tagged by redlease.
-    """
-
-    demo: str
-    run_id: str
-
-    @classmethod
-    def fresh(cls, demo: str) -> RunKeys:
-        return cls(demo, uuid.uuid4().hex[:12])
-
-    @property
-    def base(self) -> str:
-        return f"redlease-demo:{{{self.demo}:{self.run_id}}}"
-
-    def key(self, *parts: object) -> str:
-        """``base:part:part...``, e.g. ``key("orders", 42)``."""
-        return ":".join([self.base, *(str(part) for part in parts)])
-
-    @property
-    def lock_prefix(self) -> str:
-        return f"redlease-demo:{self.demo}:{self.run_id}"
-
-    @property
-    def pattern(self) -> str:
-        """Matches every key of the run: the demo's and its locks'."""
-        return f"redlease-demo:*{self.run_id}*"
-
-
-def remove_keys(client: redis.Redis, pattern: str) -> None:
-    """Delete every key matching ``pattern``, in batches."""
-    batch: list[str | bytes] = []
-    for key in client.scan_iter(match=pattern, count=1000):
-        batch.append(key)
-        if len(batch) >= 500:
-            client.unlink(*batch)
-            batch.clear()
-    if batch:
-        client.unlink(*batch)
 
 
 @dataclass(frozen=True)
@@ -158,11 +115,38 @@ class _Task:
     plan: Any
     index: int
     url: str
+    log_level: int
+
+
+class _LogForwarder(logging.handlers.QueueHandler):
+    """Puts a worker's log records on the crew's channel, made picklable by ``prepare``."""
+
+    def __init__(self, outbox: _Outbox, index: int) -> None:
+        super().__init__(outbox)  # type: ignore[arg-type]  # a queue of tuples, see enqueue
+        self.outbox = outbox
+        self.index = index
+
+    def enqueue(self, record: logging.LogRecord) -> None:
+        self.outbox.put(("log", self.index, record))
+
+
+def _forward_logs(outbox: _Outbox, index: int, level: int) -> None:
+    """Send this process's ``redlease`` records at ``level`` and above to the parent."""
+    logger = logging.getLogger(LOGGER)
+    logger.setLevel(level)
+    logger.addHandler(_LogForwarder(outbox, index))
+    logger.propagate = False
+
+
+def _relay_log(record: logging.LogRecord) -> None:
+    """A worker's record, handled by the parent's logger of the same name."""
+    logging.getLogger(record.name).handle(record)
 
 
 def work(task: _Task, outbox: _Outbox, start: _StartSignal) -> None:
     """Process entry: put ``ready``, wait for the start, run the job, put ``done``."""
     index = task.index
+    _forward_logs(outbox, index, task.log_level)
     client = redis.Redis.from_url(task.url)
 
     def emit(payload: dict[str, Any]) -> None:
@@ -190,22 +174,25 @@ def run_crew(
     tasks: Sequence[tuple[Job, Any]],
     *,
     limit: float,
+    on_ready: Callable[[int], None] = lambda ready: None,
     tick: Callable[[float], None] = lambda elapsed: None,
     on_event: Callable[[Event], None] = lambda event: None,
 ) -> Crew:
     """Run one process per ``(job, plan)`` and return their reports.
 
-    ``tick(elapsed)`` is called between polls, ``on_event`` for every event as it arrives.
-    Raises :class:`DemoFailed` when a worker does not start, crashes, fails, or is still
-    running ``limit`` seconds after the start; the processes never outlive the call.
+    ``on_ready(count)`` is called as the workers come up, ``tick(elapsed)`` between polls
+    once they run, ``on_event`` for every event as it arrives. Raises :class:`DemoFailed`
+    when a worker does not start, crashes, fails, or is still running ``limit`` seconds
+    after the start; the processes never outlive the call.
     """
+    log_level = logging.getLogger(LOGGER).getEffectiveLevel()
     context = multiprocessing.get_context("spawn")
     outbox: Outbox = context.Queue()
     start = context.Event()
     processes = [
         context.Process(
             target=work,
-            args=(_Task(job, plan, index, url), outbox, start),
+            args=(_Task(job, plan, index, url, log_level), outbox, start),
             name=f"redlease-{name}-{index}",
             daemon=True,
         )
@@ -214,7 +201,7 @@ def run_crew(
     try:
         for process in processes:
             process.start()
-        _await_ready(processes, outbox)
+        _await_ready(processes, outbox, on_ready)
         started = time.monotonic()
         start.set()
         reports = _supervise(processes, outbox, started, limit=limit, tick=tick, on_event=on_event)
@@ -230,7 +217,9 @@ def run_crew(
     return Crew(reports, started, finished)
 
 
-def _await_ready(processes: Sequence[BaseProcess], outbox: Outbox) -> None:
+def _await_ready(
+    processes: Sequence[BaseProcess], outbox: Outbox, on_ready: Callable[[int], None]
+) -> None:
     """Wait until every worker is connected, so that they all start at once."""
     deadline = time.monotonic() + START_TIMEOUT
     ready = 0
@@ -240,7 +229,7 @@ def _await_ready(processes: Sequence[BaseProcess], outbox: Outbox) -> None:
                 f"only {ready} of {len(processes)} workers started within {START_TIMEOUT:g} s"
             )
         try:
-            kind, _, _ = outbox.get(timeout=POLL_INTERVAL)
+            kind, _, payload = outbox.get(timeout=POLL_INTERVAL)
         except queue.Empty:
             dead = [process.name for process in processes if process.exitcode is not None]
             if dead:
@@ -248,7 +237,11 @@ def _await_ready(processes: Sequence[BaseProcess], outbox: Outbox) -> None:
                     f"worker processes exited before the start: {', '.join(dead)}"
                 ) from None
             continue
-        ready += kind == "ready"
+        if kind == "ready":
+            ready += 1
+            on_ready(ready)
+        elif kind == "log":
+            _relay_log(payload)
 
 
 def _supervise(
@@ -281,6 +274,8 @@ def _supervise(
             elif kind == "event":
                 at, body = payload
                 on_event(Event(index, max(at - started, 0.0), body))
+            elif kind == "log":
+                _relay_log(payload)
         tick(time.monotonic() - started)
     tick(time.monotonic() - started)
     return reports

@@ -9,25 +9,18 @@ and the creation are one step and every later attempt finds the order.
 
 from __future__ import annotations
 
-import argparse
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 
-from redlease.demos import display
-from redlease.demos.base import (
-    MAX_WORKERS,
-    Demo,
-    finish,
-    non_negative_float,
-    positive_float,
-    positive_int,
-    reachable_server,
-    worker_count,
-)
-from redlease.demos.crew import RunKeys, Worker, remove_keys, run_crew
+from redlease.commands.common import non_negative_float, positive_float, positive_int
+from redlease.demos.base import option, switch, workers_option
+from redlease.demos.crew import Worker
+from redlease.demos.display import SILENT, Progress, Stage, counted, rows_of, summary_table
+from redlease.demos.namespace import Plan, as_text
+from redlease.demos.scaffold import demo, session
 from redlease.errors import LockTimeout
 from redlease.sync.lock import Locks
 
@@ -39,42 +32,24 @@ STOP_GRACE = 10.0
 
 @dataclass(frozen=True)
 class OrderSettings:
-    workers: int = 4
-    attempts: int = 20
-    hold_ms: float = 20.0
-    locked: bool = True
-    user_id: int = 42
-    seconds: float = 60.0
+    """The options of ``redlease demo one-order``, one field each."""
 
-
-@dataclass(frozen=True)
-class OrderPlan:
-    """What one process needs; it crosses the process boundary, so plain data only."""
-
-    keys: RunKeys
-    user_id: int
-    attempts: int
-    hold: float
-    locked: bool
-    seconds: float
-
-    @property
-    def lock_name(self) -> str:
-        return f"order:{self.user_id}"
-
-    @property
-    def order(self) -> str:
-        """The user's order, if any: what "order exists" checks."""
-        return self.keys.key("order", self.user_id)
-
-    @property
-    def orders(self) -> str:
-        """Every order created for the user, in creation order: the charges."""
-        return self.keys.key("orders", self.user_id)
-
-    @property
-    def attempts_made(self) -> str:
-        return self.keys.key("attempts")
+    workers: int = workers_option(4, "processes clicking buy")
+    attempts: int = option(20, positive_int, "K", "buy attempts per process (default: %(default)s)")
+    user_id: int = option(
+        42, positive_int, "ID", "the user placing the order (default: %(default)s)"
+    )
+    hold_ms: float = option(
+        20.0,
+        non_negative_float,
+        "X",
+        "work between the check and the creation (the payment check), in "
+        "milliseconds; it widens the race window (default: %(default)s)",
+    )
+    locked: bool = switch("--no-lock", "place orders without the lock, to see the duplicates")
+    seconds: float = option(
+        60.0, positive_float, "S", "stop clicking after this long (default: %(default)s)"
+    )
 
 
 @dataclass(frozen=True)
@@ -94,15 +69,38 @@ class OrderResult:
     out_of_time: bool
 
 
+class OrderPlan(Plan[OrderSettings]):
+    """The user's lock and keys."""
+
+    @property
+    def lock_name(self) -> str:
+        return f"order:{self.settings.user_id}"
+
+    @property
+    def order(self) -> str:
+        """The user's order, if any: what "order exists" checks."""
+        return self.keys.key("order", self.settings.user_id)
+
+    @property
+    def orders(self) -> str:
+        """Every order created for the user, in creation order: the charges."""
+        return self.keys.key("orders", self.settings.user_id)
+
+    @property
+    def attempts_made(self) -> str:
+        return self.keys.key("attempts")
+
+
 def hammer(plan: OrderPlan, worker: Worker) -> dict[str, Any]:
-    """One process clicking "buy" ``plan.attempts`` times, as fast as it can."""
+    """One process clicking "buy" ``--attempts`` times, as fast as it can."""
     client = worker.client
-    locks = Locks(client, prefix=plan.keys.lock_prefix) if plan.locked else None
-    deadline = time.monotonic() + plan.seconds
+    settings = plan.settings
+    locks = Locks(client, prefix=plan.keys.lock_prefix) if settings.locked else None
+    deadline = time.monotonic() + settings.seconds
     attempts = created = 0
     out_of_time = False
     try:
-        while attempts < plan.attempts:
+        while attempts < settings.attempts:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 out_of_time = True
@@ -134,8 +132,8 @@ def _place(plan: OrderPlan, client: redis.Redis, order_id: str) -> bool:
     """Check "order exists", then create it: atomic only under the lock."""
     if client.exists(plan.order):
         return False
-    if plan.hold > 0:
-        time.sleep(plan.hold)
+    if plan.settings.hold_ms > 0:
+        time.sleep(plan.settings.hold_ms / 1000)
     with client.pipeline(transaction=False) as pipe:
         pipe.set(plan.order, order_id)
         pipe.rpush(plan.orders, order_id)
@@ -143,32 +141,18 @@ def _place(plan: OrderPlan, client: redis.Redis, order_id: str) -> bool:
     return True
 
 
-def run_one_order(
-    url: str, settings: OrderSettings, on_progress: display.ProgressUpdate = lambda done: None
-) -> OrderResult:
+def run_one_order(url: str, settings: OrderSettings, progress: Progress = SILENT) -> OrderResult:
     """Let the processes hammer "buy" for one user, count the orders, clean up."""
-    keys = RunKeys.fresh(NAME)
-    plan = OrderPlan(
-        keys=keys,
-        user_id=settings.user_id,
-        attempts=settings.attempts,
-        hold=settings.hold_ms / 1000,
-        locked=settings.locked,
-        seconds=settings.seconds,
-    )
-    client = redis.Redis.from_url(url)
-    try:
-        crew = run_crew(
-            url,
-            NAME,
+    with session(url, NAME, progress) as run:
+        plan = OrderPlan(run.keys, settings)
+        crew = run.crew(
             [(hammer, plan)] * settings.workers,
+            who=counted(settings.workers, "process"),
+            stage=Stage("clicking buy", settings.workers * settings.attempts, "attempts"),
+            count=lambda elapsed: int(run.client.get(plan.attempts_made) or 0),
             limit=settings.seconds + STOP_GRACE,
-            tick=lambda elapsed: on_progress(int(client.get(plan.attempts_made) or 0)),
         )
-        order_ids = [_text(order) for order in client.lrange(plan.orders, 0, -1)]
-    finally:
-        remove_keys(client, keys.pattern)
-        client.close()
+        order_ids = [as_text(order) for order in run.client.lrange(plan.orders, 0, -1)]
     figures = [report.figures for report in crew.reports]
     attempts = sum(figure["attempts"] for figure in figures)
     orders = len(order_ids)
@@ -187,96 +171,14 @@ def run_one_order(
     )
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def _configure(parser: argparse.ArgumentParser) -> None:
-    defaults = OrderSettings()
-    parser.add_argument(
-        "--workers",
-        type=worker_count,
-        default=defaults.workers,
-        metavar="N",
-        help=f"processes clicking buy, at most {MAX_WORKERS} (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--attempts",
-        type=positive_int,
-        default=defaults.attempts,
-        metavar="K",
-        help="buy attempts per process (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--user-id",
-        type=positive_int,
-        default=defaults.user_id,
-        metavar="ID",
-        help="the user placing the order (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--hold-ms",
-        type=non_negative_float,
-        default=defaults.hold_ms,
-        metavar="X",
-        help="work between the check and the creation (the payment check), in "
-        "milliseconds; it widens the race window (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--no-lock",
-        dest="locked",
-        action="store_false",
-        help="place orders without the lock, to see the duplicates",
-    )
-    parser.add_argument(
-        "--seconds",
-        type=positive_float,
-        default=defaults.seconds,
-        metavar="S",
-        help="stop clicking after this long (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--json",
-        action="store_true",
-        help="print one JSON object with the figures instead of the table",
-    )
-
-
-def _run(args: argparse.Namespace) -> int:
-    settings = OrderSettings(
-        workers=args.workers,
-        attempts=args.attempts,
-        hold_ms=args.hold_ms,
-        locked=args.locked,
-        user_id=args.user_id,
-        seconds=args.seconds,
-    )
-    total = settings.workers * settings.attempts
-    with (
-        reachable_server(args.url) as url,
-        display.progress("attempts", total, enabled=not args.json) as update,
-    ):
-        result = run_one_order(url, settings, update)
-    violation = (
-        f"{result.orders} orders for one user with the lock on"
-        if (result.locked and result.orders > 1)
-        else None
-    )
-    return finish(result, args.json, _show, violation)
-
-
 def _show(result: OrderResult) -> None:
     rows = [
         ("lock", "on" if result.locked else "off"),
         ("user", str(result.user_id)),
-        ("workers", str(result.workers)),
-        ("attempts", str(result.attempts)),
-        ("orders", str(result.orders)),
-        ("refused", str(result.refused)),
-        ("duplicates", str(result.duplicates)),
+        *rows_of(result, "workers", "attempts", "orders", "refused", "duplicates"),
         ("seconds", f"{result.seconds:.3f}"),
     ]
-    display.summary_table("one order per user", rows)
+    summary_table("one order per user", rows)
     if result.orders == 1:
         print(
             f"Exactly one order from {result.attempts} attempts: "
@@ -291,7 +193,13 @@ def _show(result: OrderResult) -> None:
         )
 
 
-DEMO = Demo(
+def _violation(result: OrderResult) -> str | None:
+    if result.locked and result.orders > 1:
+        return f"{result.orders} orders for one user with the lock on"
+    return None
+
+
+DEMO = demo(
     name=NAME,
     summary='a user hammers "buy" from several processes; the lock makes one order',
     description=(
@@ -301,6 +209,8 @@ DEMO = Demo(
         'and the user gets several orders; with locks.lock("order:{user_id}") around the\n'
         "check and the creation there is exactly one."
     ),
-    configure=_configure,
-    run=_run,
+    settings=OrderSettings,
+    play=run_one_order,
+    show=_show,
+    violation=_violation,
 )

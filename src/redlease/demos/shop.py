@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import redis
 
 from redlease.core.lease import Lease
+from redlease.demos.namespace import RunKeys
 from redlease.errors import FenceRejected
 from redlease.fencing import RedisGuard
 
@@ -37,61 +37,29 @@ class Outcome(enum.Enum):
 
 @dataclass(frozen=True)
 class ShopKeys:
-    """The keys of one run, unique to it so that concurrent runs on one server never mix.
-
-    The shop's keys share one hash tag, so the fenced write stays a single-slot script on a
-    Redis Cluster too; the lock's keys live under ``lock_prefix`` and are tagged by redlease.
+    """The shop's keys, under the run's own namespace (see :class:`RunKeys`).
 
     With ``segments`` > 1 the stock is split: segment ``i`` has its own stock key
     ``stock:i``, sold counter ``sold:i`` and lock ``flash-sale:stock:i``, so purchases from
     different segments never wait for each other. One segment keeps the unsplit names.
     """
 
-    run_id: str
+    run: RunKeys
     segments: int = 1
 
-    @property
-    def base(self) -> str:
-        return f"redlease-demo:{{flash-sale:{self.run_id}}}"
+    def key(self, name: str, segment: int | None = None) -> str:
+        """``stock``, ``sold`` or ``orders`` of the shop, or ``stock``/``sold`` of a segment."""
+        if segment is None or self.segments == 1:
+            return self.run.key(name)
+        return self.run.key(name, segment)
 
-    @property
-    def stock(self) -> str:
-        return f"{self.base}:stock"
-
-    @property
-    def sold(self) -> str:
-        return f"{self.base}:sold"
-
-    @property
-    def orders(self) -> str:
-        return f"{self.base}:orders"
-
-    @property
-    def fence(self) -> str:
-        """Where :class:`~redlease.RedisGuard` records the newest fence it accepted."""
-        return f"{self.stock}:fence"
-
-    def segment_stock(self, segment: int) -> str:
-        return self.stock if self.segments == 1 else f"{self.stock}:{segment}"
-
-    def segment_sold(self, segment: int) -> str:
-        return self.sold if self.segments == 1 else f"{self.sold}:{segment}"
-
-    def segment_fence(self, segment: int) -> str:
-        return f"{self.segment_stock(segment)}:fence"
+    def fence(self, segment: int) -> str:
+        """Where :class:`~redlease.RedisGuard` records the newest fence the segment accepted."""
+        return f"{self.key('stock', segment)}:fence"
 
     def lock_name(self, segment: int) -> str:
         """The lock of one segment: ``flash-sale:stock``, or ``flash-sale:stock:i`` if split."""
         return LOCK_NAME if self.segments == 1 else f"{LOCK_NAME}:{segment}"
-
-    @property
-    def lock_prefix(self) -> str:
-        return f"redlease-demo:flash-sale:{self.run_id}"
-
-    @property
-    def pattern(self) -> str:
-        """Matches every key of the run: the shop's and the lock's."""
-        return f"redlease-demo:*{self.run_id}*"
 
 
 class Shop:
@@ -106,10 +74,10 @@ class Shop:
     def open(self, stock: int) -> None:
         """Put ``stock`` items on sale (split over the segments), no orders, no fence seen."""
         with self.client.pipeline() as pipe:
-            pipe.delete(self.keys.sold, self.keys.orders)
+            pipe.delete(self.keys.key("sold"), self.keys.key("orders"))
             for segment, size in enumerate(split_stock(stock, self.keys.segments)):
-                pipe.delete(self.keys.segment_sold(segment), self.keys.segment_fence(segment))
-                pipe.set(self.keys.segment_stock(segment), size)
+                pipe.delete(self.keys.key("sold", segment), self.keys.fence(segment))
+                pipe.set(self.keys.key("stock", segment), size)
             pipe.execute()
 
     def buy(self, order_id: str, lease: Lease | None = None, segment: int = 0) -> Outcome:
@@ -118,7 +86,7 @@ class Shop:
         Under a lease the shop first records the lease's fence (``claim``), so a holder
         whose lease ended cannot slip a stale write in between this read and this write.
         """
-        stock_key = self.keys.segment_stock(segment)
+        stock_key = self.keys.key("stock", segment)
         if lease is not None:
             try:
                 self._guard.claim(lease, stock_key)
@@ -137,42 +105,23 @@ class Shop:
             except FenceRejected:
                 return Outcome.FENCED_OFF
         with self.client.pipeline(transaction=False) as pipe:
-            pipe.incr(self.keys.sold)
+            pipe.incr(self.keys.key("sold"))
             if self.keys.segments > 1:
-                pipe.incr(self.keys.segment_sold(segment))
-            pipe.rpush(self.keys.orders, order_id)
+                pipe.incr(self.keys.key("sold", segment))
+            pipe.rpush(self.keys.key("orders"), order_id)
             pipe.execute()
         return Outcome.SOLD
 
     def sold(self) -> int:
-        return int(self.client.get(self.keys.sold) or 0)
+        return int(self.client.get(self.keys.key("sold")) or 0)
 
-    def stock_left(self) -> int:
-        return sum(self.stock_left_by_segment())
-
-    def stock_left_by_segment(self) -> list[int]:
-        return self._counts(self.keys.segment_stock)
-
-    def sold_by_segment(self) -> list[int]:
-        return self._counts(self.keys.segment_sold)
-
-    def _counts(self, key_of: Callable[[int], str]) -> list[int]:
-        keys = [key_of(segment) for segment in range(self.keys.segments)]
+    def by_segment(self, name: str) -> list[int]:
+        """The ``stock`` left or the items ``sold`` in each segment."""
+        keys = [self.keys.key(name, segment) for segment in range(self.keys.segments)]
         return [int(value or 0) for value in self.client.mget(keys)]
 
     def orders(self) -> int:
-        return int(self.client.llen(self.keys.orders))
-
-    def remove(self) -> None:
-        """Delete every key of the run, the lock's included, so a run leaves nothing behind."""
-        batch: list[str | bytes] = []
-        for key in self.client.scan_iter(match=self.keys.pattern, count=1000):
-            batch.append(key)
-            if len(batch) >= 500:
-                self.client.unlink(*batch)
-                batch.clear()
-        if batch:
-            self.client.unlink(*batch)
+        return int(self.client.llen(self.keys.key("orders")))
 
 
 def split_stock(stock: int, segments: int) -> list[int]:

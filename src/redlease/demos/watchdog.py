@@ -13,24 +13,19 @@ its release that its lease was lost.
 
 from __future__ import annotations
 
-import argparse
-import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 
+from redlease.commands.common import positive_float
 from redlease.core.lease import Lease
-from redlease.demos import display
-from redlease.demos.base import (
-    Demo,
-    finish,
-    positive_float,
-    reachable_server,
-)
-from redlease.demos.crew import Event, RunKeys, Worker, remove_keys, run_crew
+from redlease.demos.base import at_most, option, switch
+from redlease.demos.crew import Event, Worker
+from redlease.demos.display import SILENT, Progress, Stage, rows_of, summary_table
+from redlease.demos.namespace import Plan, as_text
+from redlease.demos.scaffold import demo, session
 from redlease.errors import LeaseLost
 from redlease.sync.lock import Locks
 
@@ -39,6 +34,10 @@ __all__ = ["DEMO", "WatchdogResult", "WatchdogSettings", "run_watchdog"]
 NAME = "watchdog"
 LOCK_NAME = "watchdog:job"
 HOLDER, CONTENDER = 0, 1
+BUSY = "holder-busy"
+"""The key set while the holder is inside its job: a contender that gets in then overlaps."""
+DONE = "holder-done"
+"""The key set once the holder is through (released or lost): the contender stops."""
 POLL = 0.01
 READOUT_INTERVAL = 0.25
 START_WAIT = 30.0
@@ -49,31 +48,26 @@ MAX_JOB_SECONDS = 600.0
 
 @dataclass(frozen=True)
 class WatchdogSettings:
-    ttl: float = 1.0
-    job_seconds: float = 3.5
-    renew: bool = True
-    retry_ms: float = 50.0
+    """The options of ``redlease demo watchdog``, one field each."""
 
-
-@dataclass(frozen=True)
-class WatchdogPlan:
-    """What both processes need; it crosses the process boundary, so plain data only."""
-
-    keys: RunKeys
-    ttl: float
-    job_seconds: float
-    renew: bool
-    retry: float
-
-    @property
-    def busy(self) -> str:
-        """Set while the holder is inside its job: a contender that gets in then overlaps."""
-        return self.keys.key("holder-busy")
-
-    @property
-    def done(self) -> str:
-        """Set once the holder is through (released or lost): the contender stops."""
-        return self.keys.key("holder-done")
+    ttl: float = option(
+        1.0, positive_float, "S", "the lease's TTL in seconds (default: %(default)s)"
+    )
+    job_seconds: float = option(
+        3.5,
+        at_most(positive_float, MAX_JOB_SECONDS, "s"),
+        "S",
+        "how long the holder works, longer than the TTL (default: %(default)s)",
+    )
+    renew: bool = switch(
+        "--no-renew", "hold the lease without renewal, to see it expire under the job"
+    )
+    retry_ms: float = option(
+        50.0,
+        positive_float,
+        "X",
+        "how often the other process tries the lock, in milliseconds (default: %(default)s)",
+    )
 
 
 @dataclass(frozen=True)
@@ -95,16 +89,20 @@ class WatchdogResult:
     renewal_log: list[dict[str, Any]]
 
 
+WatchdogPlan = Plan[WatchdogSettings]
+
+
 def hold(plan: WatchdogPlan, worker: Worker) -> dict[str, Any]:
     """The holder: take the lock, work for ``job_seconds`` reporting renewals, release."""
     client = worker.client
     locks = Locks(client, prefix=plan.keys.lock_prefix)
-    lock = locks.lock(LOCK_NAME, ttl=plan.ttl, renew=plan.renew, timeout=START_WAIT)
+    settings = plan.settings
+    lock = locks.lock(LOCK_NAME, ttl=settings.ttl, renew=settings.renew, timeout=START_WAIT)
     lease: Lease | None = None
     try:
         with lock as lease:
             lease.on_lost(lambda lost: worker.emit({"kind": "lost", "reason": lost.lost_reason}))
-            client.set(plan.busy, worker.index)
+            client.set(plan.key(BUSY), worker.index)
             try:
                 worker.emit(
                     {
@@ -115,13 +113,13 @@ def hold(plan: WatchdogPlan, worker: Worker) -> dict[str, Any]:
                 )
                 _work(plan, worker, lease, lock.keys.lease)
             finally:
-                client.delete(plan.busy)
+                client.delete(plan.key(BUSY))
             worker.emit({"kind": "job_done", "renewals": lease.renewals})
         worker.emit({"kind": "released"})
     except LeaseLost as error:
         worker.emit({"kind": "release_lost", "reason": error.reason})
     finally:
-        client.set(plan.done, 1)
+        client.set(plan.key(DONE), 1)
         locks.close()
     assert lease is not None
     return {
@@ -136,7 +134,7 @@ def _work(plan: WatchdogPlan, worker: Worker, lease: Lease, key: str) -> None:
     """The long job; on the side, report each renewal (and, unrenewed, the draining TTL)."""
     seen = 0
     gone = False
-    end = time.monotonic() + plan.job_seconds
+    end = time.monotonic() + plan.settings.job_seconds
     next_readout = time.monotonic() + READOUT_INTERVAL
     while (now := time.monotonic()) < end:
         if lease.renewals != seen:
@@ -148,7 +146,7 @@ def _work(plan: WatchdogPlan, worker: Worker, lease: Lease, key: str) -> None:
                     "server_ttl_ms": _server_ttl(worker.client, key, lease),
                 }
             )
-        elif not plan.renew and not gone and now >= next_readout:
+        elif not plan.settings.renew and not gone and now >= next_readout:
             next_readout += READOUT_INTERVAL
             ttl_ms = _server_ttl(worker.client, key, lease)
             gone = ttl_ms is None
@@ -162,56 +160,42 @@ def _server_ttl(client: redis.Redis, key: str, lease: Lease) -> int | None:
         pipe.get(key)
         pipe.pttl(key)
         token, ttl_ms = pipe.execute()
-    if token is None or _text(token) != lease.token:
+    if token is None or as_text(token) != lease.token:
         return None
     return int(ttl_ms)
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def contend(plan: WatchdogPlan, worker: Worker) -> dict[str, Any]:
     """The other process: try the lock every ``retry`` s while the holder is at work."""
     client = worker.client
     deadline = time.monotonic() + START_WAIT
-    while not client.exists(plan.busy, plan.done):
+    while not client.exists(plan.key(BUSY), plan.key(DONE)):
         if time.monotonic() > deadline:
             raise TimeoutError(f"the holder did not start within {START_WAIT:g} s")
         time.sleep(POLL)
     tries = acquired = overlaps = 0
-    deadline = time.monotonic() + plan.job_seconds + plan.ttl + STOP_GRACE
+    settings = plan.settings
+    deadline = time.monotonic() + settings.job_seconds + settings.ttl + STOP_GRACE
     with Locks(client, prefix=plan.keys.lock_prefix) as locks:
         lock = locks.lock(LOCK_NAME, timeout=0)
-        while not client.exists(plan.done) and time.monotonic() < deadline:
+        while not client.exists(plan.key(DONE)) and time.monotonic() < deadline:
             tries += 1
             lease = lock.try_acquire()
             if lease is not None:
                 acquired += 1
-                if client.exists(plan.busy):
+                if client.exists(plan.key(BUSY)):
                     overlaps += 1
                     if overlaps == 1:
                         worker.emit({"kind": "overlap", "fence": lease.fence})
                 lock.release()
-            time.sleep(plan.retry)
+            time.sleep(settings.retry_ms / 1000)
     return {"tries": tries, "acquired": acquired, "overlaps": overlaps}
 
 
 def run_watchdog(
-    url: str,
-    settings: WatchdogSettings,
-    on_progress: display.ProgressUpdate = lambda done: None,
-    on_line: Callable[[str], None] = lambda line: None,
+    url: str, settings: WatchdogSettings, progress: Progress = SILENT
 ) -> WatchdogResult:
-    """Run the holder and the contender, narrate through ``on_line``, clean up."""
-    keys = RunKeys.fresh(NAME)
-    plan = WatchdogPlan(
-        keys=keys,
-        ttl=settings.ttl,
-        job_seconds=settings.job_seconds,
-        renew=settings.renew,
-        retry=settings.retry_ms / 1000,
-    )
+    """Run the holder and the contender, tell the timeline through ``progress``, clean up."""
     renewal_log: list[dict[str, Any]] = []
     first_overlap: list[float] = []
 
@@ -227,24 +211,20 @@ def run_watchdog(
             )
         elif payload["kind"] == "overlap":
             first_overlap.append(event.at)
-        on_line(_narrate(event))
+        progress.note(_narrate(event))
 
-    def tick(elapsed: float) -> None:
-        on_progress(min(round(elapsed / settings.job_seconds * PROGRESS_STEPS), PROGRESS_STEPS))
-
-    client = redis.Redis.from_url(url)
-    try:
-        crew = run_crew(
-            url,
-            NAME,
+    with session(url, NAME, progress) as run:
+        plan = WatchdogPlan(run.keys, settings)
+        crew = run.crew(
             [(hold, plan), (contend, plan)],
+            who="the holder and the contender",
+            stage=Stage("running the job", PROGRESS_STEPS, "% done"),
+            count=lambda elapsed: min(
+                round(elapsed / settings.job_seconds * PROGRESS_STEPS), PROGRESS_STEPS
+            ),
             limit=START_WAIT + settings.job_seconds + settings.ttl + STOP_GRACE,
-            tick=tick,
             on_event=on_event,
         )
-    finally:
-        remove_keys(client, keys.pattern)
-        client.close()
     holder, contender = crew.reports[HOLDER].figures, crew.reports[CONTENDER].figures
     return WatchdogResult(
         renewals=holder["renewals"],
@@ -293,85 +273,18 @@ def _ttl(ttl_ms: int | None) -> str:
     return "lease gone from the server" if ttl_ms is None else f"server TTL {ttl_ms} ms"
 
 
-def _configure(parser: argparse.ArgumentParser) -> None:
-    defaults = WatchdogSettings()
-    parser.add_argument(
-        "--ttl",
-        type=positive_float,
-        default=defaults.ttl,
-        metavar="S",
-        help="the lease's TTL in seconds (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--job-seconds",
-        type=_job_seconds,
-        default=defaults.job_seconds,
-        metavar="S",
-        help="how long the holder works, longer than the TTL (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--no-renew",
-        dest="renew",
-        action="store_false",
-        help="hold the lease without renewal, to see it expire under the job",
-    )
-    parser.add_argument(
-        "--retry-ms",
-        type=positive_float,
-        default=defaults.retry_ms,
-        metavar="X",
-        help="how often the other process tries the lock, in milliseconds (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--json",
-        action="store_true",
-        help="print one JSON object with the figures instead of the timeline and table",
-    )
-
-
-def _job_seconds(text: str) -> float:
-    value = positive_float(text)
-    if value > MAX_JOB_SECONDS:
-        raise argparse.ArgumentTypeError(f"at most {MAX_JOB_SECONDS:g} s, got {text}")
-    return value
-
-
-def _run(args: argparse.Namespace) -> int:
-    settings = WatchdogSettings(
-        ttl=args.ttl, job_seconds=args.job_seconds, renew=args.renew, retry_ms=args.retry_ms
-    )
-    with (
-        reachable_server(args.url) as url,
-        display.progress("job %", PROGRESS_STEPS, enabled=not args.json) as update,
-    ):
-        result = run_watchdog(
-            url, settings, update, (lambda line: None) if args.json else _print_line
-        )
-    violation = (
-        f"{result.overlaps} overlaps with renewal on (holder lost its lease: {result.holder_lost})"
-        if result.renew and (result.overlaps or result.holder_lost)
-        else None
-    )
-    return finish(result, args.json, _show, violation)
-
-
-def _print_line(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
 def _show(result: WatchdogResult) -> None:
     rows = [
         ("renewal", "on" if result.renew else "off"),
         ("ttl", f"{result.ttl:g} s"),
         ("job", f"{result.job_seconds:g} s"),
-        ("renewals", str(result.renewals)),
-        ("contender tries", str(result.contender_tries)),
+        *rows_of(result, "renewals", "contender_tries"),
         ("contender got in", str(result.contender_acquired)),
-        ("overlaps", str(result.overlaps)),
+        *rows_of(result, "overlaps"),
         ("holder lost lease", "yes" if result.holder_lost else "no"),
         ("seconds", f"{result.seconds:.3f}"),
     ]
-    display.summary_table("watchdog", rows)
+    summary_table("watchdog", rows)
     if result.overlaps:
         print(
             f"Overlap: the lease ran out after {result.ttl:g} s under a "
@@ -389,7 +302,15 @@ def _show(result: WatchdogResult) -> None:
         )
 
 
-DEMO = Demo(
+def _violation(result: WatchdogResult) -> str | None:
+    if not result.renew or not (result.overlaps or result.holder_lost):
+        return None
+    return (
+        f"{result.overlaps} overlaps with renewal on (holder lost its lease: {result.holder_lost})"
+    )
+
+
+DEMO = demo(
     name=NAME,
     summary="a job longer than its TTL keeps the lock because the lease is renewed",
     description=(
@@ -400,6 +321,9 @@ DEMO = Demo(
         "--no-renew the lease expires under the job: the other process gets in while the\n"
         "holder still works (an overlap) and the holder's release reports the lease lost."
     ),
-    configure=_configure,
-    run=_run,
+    settings=WatchdogSettings,
+    play=run_watchdog,
+    show=_show,
+    violation=_violation,
+    shown="the timeline and table",
 )
