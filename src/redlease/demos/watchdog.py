@@ -20,6 +20,7 @@ from typing import Any
 import redis
 
 from redlease.commands.common import positive_float
+from redlease.core.claims import split_lease_value
 from redlease.core.lease import Lease
 from redlease.demos.base import at_most, option, switch
 from redlease.demos.crew import Event, Worker
@@ -160,7 +161,7 @@ def _server_ttl(client: redis.Redis, key: str, lease: Lease) -> int | None:
         pipe.get(key)
         pipe.pttl(key)
         token, ttl_ms = pipe.execute()
-    if token is None or as_text(token) != lease.token:
+    if token is None or split_lease_value(as_text(token))[1] != lease.token:
         return None
     return int(ttl_ms)
 
