@@ -169,18 +169,24 @@ async def _slow_subscription_times_out(locks, other, link, flavor) -> None:
             return await function(*args, **kwargs)
         return await asyncio.to_thread(function, *args, **kwargs)
 
-    mine = locks.lock("slow-sub", ttl=10, owner="me")
-    theirs = other.lock("slow-sub", ttl=10, owner="them")
+    warm, slow = "warm-up", "slow-sub"
+    assert locks.lock(warm).keys.wake_prefix != locks.lock(slow).keys.wake_prefix
+    theirs = other.lock(warm, ttl=10, owner="them")
     await theirs.acquire()
-    pending = asyncio.create_task(call(mine.acquire, timeout=10))  # our link is made here
-    await asyncio.sleep(0.3)
+    pending = asyncio.create_task(call(locks.lock(warm, ttl=10, owner="me").acquire, timeout=10))
+    await asyncio.sleep(0.3)  # our pub/sub link is made here, on another slot's channel
     await theirs.release()
     await pending
+    await call(locks.lock(warm, ttl=10, owner="me").release)
+
+    mine = locks.lock(slow, ttl=10, owner="me")
+    theirs = other.lock(slow, ttl=10, owner="them")
+    await call(mine.acquire)
     pending = asyncio.create_task(theirs.acquire(timeout=10))
     await asyncio.sleep(0.3)
     await call(mine.release)  # handed to them: this client queues at once next time
     await pending
-    link.set(mode=Mode.BLACKHOLE)  # the subscription's confirmation never comes
+    link.set(mode=Mode.BLACKHOLE)  # the subscription to this slot's channel is never confirmed
 
     started = time.monotonic()
     with pytest.raises(redlease.LockTimeout):

@@ -98,6 +98,7 @@ class LockKeys:
     """The fencing counter: one per cluster slot, shared by every name of the slot."""
     queue: str = field(init=False, repr=False, compare=False)
     wake_prefix: str = field(init=False, repr=False, compare=False)
+    """A client's channel for the locks of this slot, but for the client's id."""
 
     def __post_init__(self) -> None:
         base = f"{self.prefix}:{{{self.name}}}"
@@ -105,7 +106,7 @@ class LockKeys:
         object.__setattr__(self, "lease", base)
         object.__setattr__(self, "fence", f"{self.prefix}:{{{slot_tag(self.name)}}}:fence")
         object.__setattr__(self, "queue", f"{base}:queue")
-        object.__setattr__(self, "wake_prefix", f"{base}:wake:")
+        object.__setattr__(self, "wake_prefix", f"{self.prefix}:{{{slot_tag(self.name)}}}:wake:")
 
     @property
     def holders(self) -> str:
@@ -126,8 +127,9 @@ class LockKeys:
         """A channel every waiter of the name listens on (count-down latches)."""
         return f"{self.base}:zero"
 
-    def waiter_channel(self, token: str) -> str:
-        return f"{self.wake_prefix}{token}"
+    def client_channel(self, client: str) -> str:
+        """Where the hand-offs to ``client``'s waiters on the locks of this slot arrive."""
+        return f"{self.wake_prefix}{client}"
 
     def latch(self, request_id: str) -> str:
         return f"{self.base}:latch:{request_id}"

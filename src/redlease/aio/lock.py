@@ -115,7 +115,7 @@ class AsyncLocks(LocksBase):
         self._url = client if isinstance(client, str) else None
         self.client: Any = _client(client, cluster)
         self.scripts = Scripts(self.client)
-        self.notifier = AsyncNotifier(self.client, self.commands, clock)
+        self.notifier = AsyncNotifier(self.client, self.commands, clock, self._give_back_stray)
         self.renewer = AsyncRenewer(self)
         self.hooks = combine(hooks)
         self._watching = False
@@ -213,7 +213,7 @@ class AsyncLocks(LocksBase):
 
     def after_fork(self) -> None:
         super().after_fork()
-        self.notifier = AsyncNotifier(self.client, self.commands, self.clock)
+        self.notifier = AsyncNotifier(self.client, self.commands, self.clock, self._give_back_stray)
         self.renewer = AsyncRenewer(self)
         self._watching = False
         self.ready_publish = None
@@ -316,7 +316,7 @@ class AsyncLocks(LocksBase):
         await self.client.aclose()
         self.client = _client(self._url, cluster=True)
         self.scripts = Scripts(self.client)
-        self.notifier = AsyncNotifier(self.client, self.commands, self.clock)
+        self.notifier = AsyncNotifier(self.client, self.commands, self.clock, self._give_back_stray)
 
     async def _server_has_sharded_pubsub(self) -> bool:
         """The probe was denied (an ACL), which says nothing about the server: ask its
@@ -422,6 +422,22 @@ class AsyncLocks(LocksBase):
         except (Exception, ReplicaShortfall):
             logger.debug("could not finish an interrupted release of %r", claim.keys.name)
 
+    def _give_back_stray(self, claim: Claim) -> None:
+        """A hand-off reached a waiter that had already given up: give the lease back."""
+        self._finishing = {worker for worker in self._finishing if worker.alive()}
+        self._finishing.add(Worker(lambda: self._return_stray(claim), "redlease-stray"))
+
+    async def _return_stray(self, claim: Claim) -> None:
+        """After a moment (a waiter that took the lease by its own retry is on the books by
+        then), give back the stray hand-off, unless that lease is held after all."""
+        await sleep(LATE_COMMAND_S)
+        if any(lease.token == claim.token for lease in self.renewals.leases()):
+            return
+        try:
+            await self.drive(give_back(claim))
+        except (Exception, ReplicaShortfall):
+            logger.debug("could not give back a stray hand-off of %r", claim.keys.name)
+
     async def _abandon(self, claim: Claim) -> None:
         """An interrupted acquire may have been granted or queued: undo both, best effort.
 
@@ -457,7 +473,7 @@ class AsyncLocks(LocksBase):
                             waiter = None
                         if waiter is None:
                             waiter = await self.notifier.subscribe(
-                                operation.channel, operation.seconds
+                                operation.channel, operation.claim, operation.seconds
                             )
                         reply = waiter is not None
                     else:

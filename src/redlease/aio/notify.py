@@ -1,11 +1,14 @@
 """One pub/sub connection per client (per node on a cluster), shared by every waiter.
 
-A reader worker owns each connection's input; subscribers send (under a guard) and wait
-for the server's confirmation, so a hand-off published after ``subscribe`` returns
-cannot be missed. If a connection drops, its reader reconnects (on a cluster: to the
-node that owns each channel's slot now), resubscribes and wakes every waiter it carried,
-so each tries again (a message may have been lost meanwhile). A server that unsubscribes
-us itself (its slot moved away) gets its channels subscribed where the slot lives now.
+Hand-offs to the client's waiters arrive on its own channel per cluster slot, which stays
+subscribed for the client's life (see :mod:`redlease.core.waiters`): waiting costs no
+SUBSCRIBE or UNSUBSCRIBE once the client has waited in a slot. A reader worker owns each
+connection's input; subscribers send (under a guard) and wait for the server's
+confirmation, so a hand-off published after ``subscribe`` returns cannot be missed. If a
+connection drops, its reader reconnects (on a cluster: to the node that owns each
+channel's slot now), resubscribes and wakes every waiter it carried, so each tries again
+(a message may have been lost meanwhile). A server that unsubscribes us itself (its slot
+moved away) gets its channels subscribed where the slot lives now.
 """
 
 from __future__ import annotations
@@ -28,14 +31,10 @@ from redlease.aio._flavor import (
     sleep,
 )
 from redlease.compat import ResponseErrors
+from redlease.core.claims import Claim
 from redlease.core.protocol import NETWORK_ERRORS, Clock, Handoff
-from redlease.core.subscriptions import (
-    ChannelBook,
-    PubSubCommands,
-    classify,
-    handoff_of,
-    refusal,
-)
+from redlease.core.subscriptions import PubSubCommands, classify, refusal
+from redlease.core.waiters import WaiterBook
 from redlease.errors import ServerRefused
 
 logger = logging.getLogger("redlease")
@@ -50,9 +49,13 @@ RECONNECT_DELAYS = (0.05, 0.1, 0.2, 0.5) + (1.0,) * 60
 
 
 class AsyncWaiter:
-    def __init__(self, notifier: AsyncNotifier, channel: str) -> None:
+    """One wait: for the hand-off to ``claim``'s token on the client's channel, or (no claim)
+    for any message on a broadcast channel."""
+
+    def __init__(self, notifier: AsyncNotifier, channel: str, claim: Claim | None) -> None:
         self.notifier = notifier
         self.channel = channel
+        self.claim = claim
         self.wakeup = Wakeup()
         self.handoff: Handoff | None = None
 
@@ -84,11 +87,14 @@ class AsyncNotifier:
         client: Any,
         commands: Callable[[], Awaitable[PubSubCommands]],
         clock: Clock = time.monotonic,
+        on_stray: Callable[[Claim], None] | None = None,
     ) -> None:
         self._client = client
         self._clock = clock
         self._commands = commands
-        self._book: ChannelBook[AsyncWaiter] = ChannelBook()
+        self._on_stray = on_stray
+        """Told of a hand-off that reached a waiter that had left: the client gives it back."""
+        self._book: WaiterBook[AsyncWaiter] = WaiterBook()
         self._confirmed: dict[str, Flag] = {}
         self._links: dict[str, AsyncLink] = {}
         self._link_of: dict[str, AsyncLink] = {}
@@ -98,26 +104,42 @@ class AsyncNotifier:
     def channels(self) -> list[str]:
         return self._book.channels()
 
+    def waiting(self) -> int:
+        """How many waiters wait on this client's connections now."""
+        return len(self._book)
+
+    def listening(self, channel: str) -> bool:
+        """Whether ``channel`` is subscribed and confirmed (waiting on it needs no I/O)."""
+        flag = self._confirmed.get(channel)
+        return flag is not None and not flag.pending()
+
     def connections(self) -> int:
         """Open pub/sub connections (one per node that carries a waiting channel)."""
         return sum(1 for link in self._links.values() if link.connection is not None)
 
     async def subscribe(
-        self, channel: str, timeout: float = CONFIRM_TIMEOUT_S
+        self, channel: str, claim: Claim | None = None, timeout: float = CONFIRM_TIMEOUT_S
     ) -> AsyncWaiter | None:
-        """A waiter listening on ``channel``, once the server confirmed the subscription;
-        ``None`` when no confirmation came within ``timeout`` seconds."""
-        waiter = AsyncWaiter(self, channel)
+        """A waiter for ``claim``'s hand-off (or any message, without a claim) on
+        ``channel``, once the server confirmed the subscription; ``None`` when no
+        confirmation came within ``timeout`` seconds."""
+        waiter = AsyncWaiter(self, channel, claim)
+        if self.listening(channel):  # the common case: the client's channel is ready
+            async with self._guard:
+                self._book.add(waiter)
+            return waiter
         commands = await self._commands()
         name, connect, _ = await node_of(self._client, channel)
         async with self._guard:
-            if self._book.add(channel, waiter):
+            if self._book.add(waiter):
                 self._confirmed[channel] = Flag()
                 try:
                     link = await self._linked(name, connect)
                     await link.connection.send_command(commands.subscribe, channel)
                 except NETWORK_ERRORS:
-                    self._book.remove(channel, waiter)
+                    self._book.remove(waiter)
+                    self._book.forget(channel)
+                    self._confirmed.pop(channel, None)
                     raise
                 link.channels.add(channel)
                 self._link_of[channel] = link
@@ -136,10 +158,11 @@ class AsyncNotifier:
         return waiter
 
     async def leave(self, waiter: AsyncWaiter) -> None:
+        async with self._guard:
+            if not self._book.remove(waiter):
+                return
         commands = await self._commands()
         async with self._guard:
-            if not self._book.remove(waiter.channel, waiter):
-                return
             self._confirmed.pop(waiter.channel, None)
             link = self._link_of.pop(waiter.channel, None)
             if link is None:
@@ -234,7 +257,7 @@ class AsyncNotifier:
         if push is None:
             return
         if push.kind == "moved":
-            if self._book.waiters(push.channel):
+            if self._book.is_subscribed(push.channel):
                 await self._rehome([push.channel])
             return
         if push.channel == SWITCH_MASTER:
@@ -242,12 +265,16 @@ class AsyncNotifier:
                 await self._follow_master()
             return
         async with self._guard:
-            if push.kind == "message":
-                for waiter in self._book.waiters(push.channel):
-                    waiter.handoff = handoff_of(push, self._clock())
-                    waiter.wakeup.set()
-            elif (flag := self._confirmed.get(push.channel)) is not None:
-                flag.set()
+            if push.kind != "message":
+                if (flag := self._confirmed.get(push.channel)) is not None:
+                    flag.set()
+                return
+            delivery = self._book.deliver(push.channel, push.payload, self._clock())
+            for waiter in delivery.woken:
+                waiter.handoff = delivery.handoff
+                waiter.wakeup.set()
+        if delivery.stray is not None and self._on_stray is not None:
+            self._on_stray(delivery.stray)
 
     async def _refused(self, error: Exception) -> None:
         """An error reply on the pub/sub link answers a subscription (no permission): fail
@@ -271,7 +298,7 @@ class AsyncNotifier:
         for channel in channels:
             name, connect, _ = await node_of(self._client, channel)
             async with self._guard:
-                if not self._book.waiters(channel):
+                if not self._book.is_subscribed(channel):
                     continue
                 old = self._link_of.get(channel)
                 if old is not None:
@@ -332,6 +359,5 @@ class AsyncNotifier:
         return True
 
     def _wake(self, channels: set[str]) -> None:
-        for channel in channels:
-            for waiter in self._book.waiters(channel):
-                waiter.wakeup.set()
+        for waiter in self._book.on_channels(channels):
+            waiter.wakeup.set()

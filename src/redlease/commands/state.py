@@ -278,12 +278,14 @@ def _holder(kind: str, token: str, ttl_s: float | None) -> Holder:
 
 
 def _waiter(entry: str) -> Holder:
-    """A queue entry: ``<ttl>:<token>`` (a lock) or ``<r|w>:<ttl>:<token>`` (shared)."""
+    """A queue entry: ``<ttl>:<client>:<token>`` (a lock) or ``<r|w>:<ttl>:<client>:<token>``
+    (shared)."""
     kind = "lock"
     if entry[:2] in ("r:", "w:"):
         kind = "rw-write" if entry[0] == "w" else "rw-read"
         entry = entry[2:]
-    _, _, token = entry.partition(":")
+    _, _, rest = entry.partition(":")
+    _, _, token = rest.partition(":")
     return _holder(kind, token, None)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import binascii
 import math
 import os
+import secrets
 import socket
 import threading
 import time
@@ -103,6 +104,8 @@ class LocksBase:
         self._keys: dict[str, LockKeys] = {}
         self.closed = False
         """Set by ``close()``: no new lease is granted from then on."""
+        self.listener = secrets.token_hex(4)
+        """This client's id: hand-offs to its waiters arrive on its channel per slot."""
         _clients.add(self)
 
     def refuse_if_closed(self) -> None:
@@ -124,6 +127,7 @@ class LocksBase:
         self._guard = threading.Lock()
         self._token_tail = self._holder_tail()
         self.renewals = RenewalSchedule()
+        self.listener = secrets.token_hex(4)
 
     def replica_acks(self, replicas: int) -> ReplicaAcks | None:
         """What waiting for ``replicas`` confirmations means with this client's settings."""
@@ -173,6 +177,12 @@ class LocksBase:
                 self._contended_until[name] = self.clock() + CONTENDED_HINT_S
             else:
                 self._contended_until.pop(name, None)
+
+    def note_contention(self, name: str) -> None:
+        """An acquisition of ``name`` found it held: the next one of this client joins the
+        queue with its first try (one script, on the client's channel, already listening)."""
+        with self._guard:
+            self._contended_until[name] = self.clock() + CONTENDED_HINT_S
 
     def contended(self, name: str) -> bool:
         if not self._contended_until:
@@ -326,6 +336,8 @@ class LeasedBase(Generic[LocksT]):
             raise LockTimeout(self.name, request.timeout if request.blocking else 0)
         lease = self._lease(owner, grant)
         self.locks.adopt(lease, role)
+        if grant.contended:
+            self.locks.note_contention(grant.claim.keys.lease)
         self._observe(request, ACQUIRED, lease)
         return lease
 
@@ -376,7 +388,9 @@ class LockBase(LeasedBase[LocksT]):
         return self.keys.lease + self.role_suffix
 
     def _claim(self, token: str, publish: str) -> Claim:
-        return ExclusiveClaim(self.keys, token, self.ttl_ms, publish, self.fair, self.acks)
+        return ExclusiveClaim(
+            self.keys, token, self.ttl_ms, publish, self.fair, self.acks, self.locks.listener
+        )
 
     @property
     def lease(self) -> Lease | None:

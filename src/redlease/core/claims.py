@@ -67,6 +67,8 @@ class ExclusiveClaim:
     publish: str
     fair: bool = False
     acks: ReplicaAcks | None = None
+    listener: str = ""
+    """The id of the client whose channel hand-offs to this claim go to."""
 
     renew_kind = EXCLUSIVE_LEASE
 
@@ -76,12 +78,13 @@ class ExclusiveClaim:
 
     @property
     def channel(self) -> str:
-        return self.keys.waiter_channel(self.token)
+        return self.keys.client_channel(self.listener)
 
     @property
     def member(self) -> str:
-        """The waiter's queue entry: the release hands over with this TTL to this token."""
-        return f"{self.ttl_ms}:{self.token}"
+        """The waiter's queue entry: the release hands over with this TTL, on this client's
+        channel, to this token."""
+        return f"{self.ttl_ms}:{self.listener}:{self.token}"
 
     def without_acks(self) -> ExclusiveClaim:
         """The same claim, for a rollback that must not wait on replicas again."""
@@ -98,6 +101,7 @@ class ExclusiveClaim:
                 self.publish,
                 self.keys.wake_prefix,
                 queue_mode,
+                self.listener,
             ),
             acks=self.acks,
         )
@@ -133,6 +137,7 @@ class SharedClaim:
     mode: str
     capacity: int = 0
     acks: ReplicaAcks | None = None
+    listener: str = ""
 
     @property
     def renew_kind(self) -> str:
@@ -144,11 +149,11 @@ class SharedClaim:
 
     @property
     def channel(self) -> str:
-        return self.keys.waiter_channel(self.token)
+        return self.keys.client_channel(self.listener)
 
     @property
     def member(self) -> str:
-        return f"{self.mode}:{self.ttl_ms}:{self.token}"
+        return f"{self.mode}:{self.ttl_ms}:{self.listener}:{self.token}"
 
     def _op(self, operation: str, last: str, latch: bool = True) -> RunScript:
         keys = self.keys
@@ -165,6 +170,7 @@ class SharedClaim:
                 keys.wake_prefix,
                 last,
                 RELEASE_LATCH_MS if latch else 0,
+                self.listener,
             ),
             acks=self.acks if operation in ("acquire", "release", "downgrade") else None,
         )

@@ -32,7 +32,15 @@ class ReadLockBase(LockBase[LocksT]):
                 f"{self._owner().describe()} holds the write lock of {self.name!r}; "
                 "call downgrade() on the write lock to become a reader instead"
             )
-        return SharedClaim(self.keys, token, self.ttl_ms, publish, "r", acks=self.acks)
+        return SharedClaim(
+            self.keys,
+            token,
+            self.ttl_ms,
+            publish,
+            "r",
+            acks=self.acks,
+            listener=self.locks.listener,
+        )
 
 
 class WriteLockBase(LockBase[LocksT]):
@@ -70,7 +78,15 @@ class WriteLockBase(LockBase[LocksT]):
                 f"{self._owner().describe()} holds a read lock of {self.name!r}; a reader "
                 "cannot upgrade (two upgrading readers would wait on each other forever)"
             )
-        return SharedClaim(self.keys, token, self.ttl_ms, publish, "w", acks=self.acks)
+        return SharedClaim(
+            self.keys,
+            token,
+            self.ttl_ms,
+            publish,
+            "w",
+            acks=self.acks,
+            listener=self.locks.listener,
+        )
 
     def _begin_downgrade(self) -> tuple[Lease, SharedClaim]:
         lease = self.lease
@@ -84,7 +100,13 @@ class WriteLockBase(LockBase[LocksT]):
         claim = lease.claim
         assert isinstance(claim, SharedClaim)
         return lease, SharedClaim(
-            claim.keys, claim.token, claim.ttl_ms, claim.publish, "r", acks=claim.acks
+            claim.keys,
+            claim.token,
+            claim.ttl_ms,
+            claim.publish,
+            "r",
+            acks=claim.acks,
+            listener=claim.listener,
         )
 
     def _finish_downgrade(
@@ -136,6 +158,7 @@ class SemaphoreBase(LeasedBase[LocksT]):
             "r",
             self.permits,
             self.acks,
+            self.locks.listener,
         )
 
     def _begin_release(self, lease: Lease) -> None:
@@ -201,7 +224,9 @@ class MultiLockBase(LeasedBase[LocksT]):
             raise LockError(f"multi-lock {self.name!r} is already held by {owner.describe()}")
         token = self.locks.new_token(owner)
         return [
-            ExclusiveClaim(keys, token, self.ttl_ms, publish, acks=self.acks)
+            ExclusiveClaim(
+                keys, token, self.ttl_ms, publish, acks=self.acks, listener=self.locks.listener
+            )
             for keys in self.all_keys
         ]
 

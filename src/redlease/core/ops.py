@@ -5,8 +5,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from redlease.core.replication import ReplicaAcks
+
+if TYPE_CHECKING:
+    from redlease.core.claims import Claim
 from redlease.scripts import ScriptName
 
 
@@ -34,6 +38,8 @@ class Subscribe:
 
     channel: str
     seconds: float = math.inf
+    claim: Claim | None = None
+    """Whose hand-off to wait for (``None``: any message, on a broadcast channel)."""
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from redlease.compat import AuthenticationErrors, ConnectionErrors, TimeoutErrors
@@ -98,6 +98,8 @@ class Grant:
     fence: int
     sent_at: float
     """Monotonic time the granting request left: the lease ends no earlier than this + TTL."""
+    contended: bool = False
+    """Another owner held the lock when this acquisition began (it waited, or was refused)."""
 
 
 def unavailable(keys: LockKeys, action: str, exc: BaseException) -> LockError:
@@ -148,7 +150,7 @@ def acquire_flow(request: AcquireRequest, clock: Clock) -> Flow:
     while True:
         attempt = yield from _attempt(claim, queue, clock)
         if isinstance(attempt, Grant):
-            return attempt
+            return replace(attempt, contended=anchor is not None)
         if attempt is not None:
             anchor = attempt.anchor
         remaining = deadline - clock()
@@ -168,7 +170,7 @@ def acquire_flow(request: AcquireRequest, clock: Clock) -> Flow:
         if handoff is not None:
             grant = yield from _take_handoff(claim, handoff, anchor, clock)
             if grant is not None:
-                return grant
+                return replace(grant, contended=True)
 
 
 def _attempt(claim: Claim, queue: str, clock: Clock) -> Flow:
@@ -223,7 +225,7 @@ def alive(grant: Grant, now: float) -> bool:
 def _subscribe(claim: Claim, deadline: float, clock: Clock) -> Flow:
     """Listen on the waiter's channel; False when the caller's time ran out first."""
     remaining = deadline - clock()
-    confirmed = yield Subscribe(claim.channel, min(remaining, SUBSCRIBE_TIMEOUT_S))
+    confirmed = yield Subscribe(claim.channel, min(remaining, SUBSCRIBE_TIMEOUT_S), claim)
     if confirmed:
         return True
     if clock() >= deadline:

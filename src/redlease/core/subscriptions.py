@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from redlease.compat import NoPermissionErrors
-from redlease.core.protocol import Handoff
 
 W = TypeVar("W")
 
@@ -84,49 +82,3 @@ def classify(reply: object) -> Push | None:
     if kind.encode() in MOVED_KINDS:
         return Push("moved", channel, payload)
     return None
-
-
-def handoff_of(push: Push, received_at: float) -> Handoff | None:
-    """The hand-off a wake-up message carries: ``<fence>[:<server ms>]``."""
-    fence, _, server_ms = push.payload.partition(":")
-    try:
-        return Handoff(int(fence), int(server_ms) if server_ms else None, received_at)
-    except ValueError:
-        return None
-
-
-class ChannelBook(Generic[W]):
-    """Which waiters listen on which channel; subscribe on the first, unsubscribe after the last."""
-
-    def __init__(self) -> None:
-        self._waiters: dict[str, list[W]] = {}
-
-    def add(self, channel: str, waiter: W) -> bool:
-        """Add a waiter; True when the channel must now be subscribed."""
-        waiters = self._waiters.setdefault(channel, [])
-        waiters.append(waiter)
-        return len(waiters) == 1
-
-    def remove(self, channel: str, waiter: W) -> bool:
-        """Remove a waiter; True when the channel must now be unsubscribed."""
-        waiters = self._waiters.get(channel)
-        if not waiters or waiter not in waiters:
-            return False
-        waiters.remove(waiter)
-        if waiters:
-            return False
-        del self._waiters[channel]
-        return True
-
-    def waiters(self, channel: str) -> list[W]:
-        return list(self._waiters.get(channel, ()))
-
-    def channels(self) -> list[str]:
-        return list(self._waiters)
-
-    def everyone(self) -> Iterator[W]:
-        for waiters in list(self._waiters.values()):
-            yield from waiters
-
-    def __len__(self) -> int:
-        return len(self._waiters)

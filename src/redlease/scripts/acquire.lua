@@ -2,18 +2,19 @@
 -- KEYS[1] lease key (string '<fence>:<owner token>', always with a PX expiry)
 -- KEYS[2] fence counter of the lock's cluster slot (integer, never expires, so tokens
 --         never go back; the names of one slot share it)
--- KEYS[3] waiter queue (list of '<ttl_ms>:<token>' in arrival order)
+-- KEYS[3] waiter queue (list of '<ttl_ms>:<client>:<token>' in arrival order)
 -- ARGV[1] owner token, ARGV[2] ttl in ms,
 -- ARGV[3] '1' fair: a free lock goes to the first live waiter, never to a newcomer,
--- ARGV[4] 'publish' or 'spublish', ARGV[5] wake-up channel prefix (a waiter listens on
---         prefix .. its token),
+-- ARGV[4] 'publish' or 'spublish', ARGV[5] wake-up channel prefix (a client listens on
+--         prefix .. its id, for all its waiters on the locks of this slot),
 -- ARGV[6] '0' not queued, '1' join the waiter queue if the lock is held (the caller is
 --         already subscribed to its own channel, so a hand-off cannot be missed),
 --         '2' queued before: put the entry back if a restart or a failed hand-off
 --         dropped it
+-- ARGV[7] the caller's client id (where a hand-off to it is published)
 -- The lease is read first: a free lock costs a read, an increment and a SET; a refusal
 -- draws no fence.
--- A hand-off message carries '<fence>:<server ms>', and a refusal the server's time too,
+-- A hand-off message carries '<fence>:<server ms>:<token>', and a refusal the server's time too,
 -- so a waiter can date its lease by the server's clock even if it was paused meanwhile.
 -- Fences travel as decimal strings (see lib.lua).
 -- Returns {1, fence} granted
@@ -25,7 +26,7 @@
 --         {-2, message} the fence counter cannot be incremented
 local lease, fence_key, queue = KEYS[1], KEYS[2], KEYS[3]
 local token, ttl, publish, wake, mode = ARGV[1], ARGV[2], ARGV[4], ARGV[5], ARGV[6]
-local member = ttl .. ':' .. token
+local member = ttl .. ':' .. ARGV[7] .. ':' .. token
 
 if ARGV[3] == '1' and redis.call('exists', lease) == 0 then
   -- a free fair lock goes to the first live waiter; the queue is only popped once the
@@ -35,13 +36,13 @@ if ARGV[3] == '1' and redis.call('exists', lease) == 0 then
     if type(head) ~= 'string' or head == member then
       break
     end
-    local sep = string.find(head, ':', 1, true)
-    local head_ttl, head_token = string.sub(head, 1, sep - 1), string.sub(head, sep + 1)
+    local head_ttl, head_client, head_token = entry_parts(head)
     local fence, err = draw_fence(fence_key)
     if not fence then
       return {-2, err}
     end
-    local sent = redis.pcall(publish, wake .. head_token, fence .. ':' .. server_ms())
+    local message = fence .. ':' .. server_ms() .. ':' .. head_token
+    local sent = redis.pcall(publish, wake .. head_client, message)
     if type(sent) ~= 'number' then
       break
     end

@@ -80,3 +80,11 @@ end
 local function fence_of(value)
   return string.match(value, '^(%d+):')
 end
+
+-- A waiter's queue entry, '<ttl_ms>:<client>:<token>': the lease it wants, the client that
+-- listens for it (on the channel <wake prefix><client>) and its token. A hand-off message
+-- on that channel reads '<fence>:<server ms>:<token>'.
+local function entry_parts(entry)
+  local ttl, client, token = string.match(entry, '^(%d+):([^:]*):(.*)$')
+  return ttl, client, token
+end

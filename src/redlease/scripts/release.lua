@@ -3,13 +3,14 @@
 -- of the lock's slot, KEYS[4] the release latch of this token
 -- ARGV[1] owner token, ARGV[2] how long the latch remembers the answer (ms; '0' for a
 -- give-back, which the caller never sends twice),
--- ARGV[3] 'publish' or 'spublish', ARGV[4] wake-up channel prefix (a waiter listens on
--- prefix .. its token), ARGV[5] a queue member to withdraw first ('' for none: a waiter
+-- ARGV[3] 'publish' or 'spublish', ARGV[4] wake-up channel prefix (a client listens on
+-- prefix .. its id), ARGV[5] a queue member to withdraw first ('' for none: a waiter
 -- giving up passes its own)
--- A waiter is live when its channel has a subscriber: a crashed process's connection is
--- gone and a waiter that gave up has unsubscribed, so neither can stall the hand-off.
+-- A waiter is live when its client's channel has a subscriber: a crashed process's
+-- connection is gone, so it cannot stall the hand-off; a waiter that gave up has left
+-- the queue (and its client gives back a hand-off that reached it too late).
 -- A fence drawn for a waiter that turned out dead is skipped: tokens grow, with gaps.
--- The hand-off message is '<fence>:<server ms>' (see acquire.lua). A waiter's entry is
+-- The hand-off message is '<fence>:<server ms>:<token>' (see acquire.lua). A waiter's entry is
 -- only popped once its fence is drawn and its message sent: when either fails (a foreign
 -- value at the counter or the queue, no permission to publish) the lease is still freed,
 -- the queue stays as it was, and the waiters find the free lock on their next try (the
@@ -29,14 +30,14 @@ if type(value) == 'string' and token_of(value) == ARGV[1] then
     if type(head) ~= 'string' then
       break
     end
-    local sep = string.find(head, ':', 1, true)
-    local ttl, token = string.sub(head, 1, sep - 1), string.sub(head, sep + 1)
+    local ttl, client, token = entry_parts(head)
     local fence = draw_fence(fence_key)
     if not fence then
-      redis.pcall(ARGV[3], ARGV[4] .. token, '')  -- no hand-off: wake it to try (and learn why)
+      -- no hand-off: wake it to try (and learn why)
+      redis.pcall(ARGV[3], ARGV[4] .. client, ':' .. server_ms() .. ':' .. token)
       break
     end
-    local sent = redis.pcall(ARGV[3], ARGV[4] .. token, fence .. ':' .. server_ms())
+    local sent = redis.pcall(ARGV[3], ARGV[4] .. client, fence .. ':' .. server_ms() .. ':' .. token)
     if type(sent) ~= 'number' then
       break
     end

@@ -2,22 +2,23 @@
 -- KEYS[1] holders: sorted set of shared holders' tokens (readers, permits) scored by
 --         expiry in ms, so a crashed holder's lease ends by itself
 -- KEYS[2] writer: string holding the exclusive holder's token, with a PX expiry
--- KEYS[3] waiter queue: list of '<mode>:<ttl_ms>:<token>' in arrival order
+-- KEYS[3] waiter queue: list of '<mode>:<ttl_ms>:<client>:<token>' in arrival order
 -- KEYS[4] fence counter; KEYS[5] release latch of ARGV[3]
 -- ARGV[1] op: 'acquire' | 'release' | 'downgrade' | 'available' | 'count'
 -- ARGV[2] mode: 'r' shared (reader, permit) | 'w' exclusive (writer)
 -- ARGV[3] token, ARGV[4] ttl in ms,
 -- ARGV[5] capacity: most shared holders at once (0 = no limit, as for readers)
--- ARGV[6] 'publish' or 'spublish', ARGV[7] wake-up channel prefix
+-- ARGV[6] 'publish' or 'spublish', ARGV[7] wake-up channel prefix (a client listens on
+--         prefix .. its id)
 -- ARGV[8] acquire: '0' not queued | '1' queued (an entry that was dropped is put back);
 --         release: a queue member to withdraw first ('' for none)
--- ARGV[9] release latch ttl in ms ('0': a give-back, no latch)
+-- ARGV[9] release latch ttl in ms ('0': a give-back, no latch), ARGV[10] client id
 -- The queue is served strictly in order and a newcomer never passes a waiting one, so a
 -- writer waiting behind readers keeps new readers out: writers cannot starve. A waiter's
 -- entry is only popped once its fence is drawn and its message sent (see release.lua).
 -- acquire returns {1, fence} | {0, ms to wait at most, server ms} (see acquire.lua)
 -- | {-1, type, key index} a foreign value | {-2, message} the fence counter fails;
--- hand-off messages carry '<fence>:<server ms>'; fences are decimal strings (lib.lua).
+-- hand-off messages carry '<fence>:<server ms>:<token>'; fences are decimal strings (lib.lua).
 -- release returns 1 released | 2 released and handed on | -1 the lease had already ended;
 -- downgrade returns 1 | -1; available returns the free shared places (capacity - holders),
 -- or -1 without capacity; count returns how many shared holders there are.
@@ -68,10 +69,9 @@ local function dispatch(me)
       return nil
     end
     local want = string.sub(head, 1, 1)
-    local rest = string.sub(head, 3)
-    local sep = string.find(rest, ':', 1, true)
-    local lease_ms, who = tonumber(string.sub(rest, 1, sep - 1)), string.sub(rest, sep + 1)
-    local listeners = head == me and {0, 1} or redis.pcall('pubsub', numsub, ARGV[7] .. who)
+    local ttl, client, who = entry_parts(string.sub(head, 3))
+    local lease_ms = tonumber(ttl)
+    local listeners = head == me and {0, 1} or redis.pcall('pubsub', numsub, ARGV[7] .. client)
     if type(listeners[2]) == 'number' and listeners[2] == 0 then
       redis.call('lpop', queue)  -- a waiter nobody listens for any more: skip it now
     else
@@ -80,8 +80,8 @@ local function dispatch(me)
       end
       local fence, err = draw_fence(fence_key)
       if not fence then
-        if head ~= me then
-          redis.pcall(ARGV[6], ARGV[7] .. who, '')  -- no hand-off: wake it to try again
+        if head ~= me then  -- no hand-off: wake it to try again
+          redis.pcall(ARGV[6], ARGV[7] .. client, ':' .. string.format('%d', now) .. ':' .. who)
         end
         return nil, err
       end
@@ -90,7 +90,8 @@ local function dispatch(me)
         grant(want, who, lease_ms)
         return fence
       end
-      local sent = redis.pcall(ARGV[6], ARGV[7] .. who, fence .. ':' .. string.format('%d', now))
+      local message = fence .. ':' .. string.format('%d', now) .. ':' .. who
+      local sent = redis.pcall(ARGV[6], ARGV[7] .. client, message)
       if type(sent) ~= 'number' then
         return nil
       end
@@ -116,7 +117,7 @@ local function blocked_ms()
 end
 
 if op == 'acquire' then
-  local member = mode .. ':' .. ARGV[4] .. ':' .. token
+  local member = mode .. ':' .. ARGV[4] .. ':' .. ARGV[10] .. ':' .. token
   local fence, err = dispatch(member)
   if fence then
     return {1, fence}

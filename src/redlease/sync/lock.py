@@ -116,7 +116,7 @@ class Locks(LocksBase):
         self._url = client if isinstance(client, str) else None
         self.client: Any = _client(client, cluster)
         self.scripts = Scripts(self.client)
-        self.notifier = Notifier(self.client, self.commands, clock)
+        self.notifier = Notifier(self.client, self.commands, clock, self._give_back_stray)
         self.renewer = Renewer(self)
         self.hooks = combine(hooks)
         self._watching = False
@@ -214,7 +214,7 @@ class Locks(LocksBase):
 
     def after_fork(self) -> None:
         super().after_fork()
-        self.notifier = Notifier(self.client, self.commands, self.clock)
+        self.notifier = Notifier(self.client, self.commands, self.clock, self._give_back_stray)
         self.renewer = Renewer(self)
         self._watching = False
         self.ready_publish = None
@@ -317,7 +317,7 @@ class Locks(LocksBase):
         self.client.close()
         self.client = _client(self._url, cluster=True)
         self.scripts = Scripts(self.client)
-        self.notifier = Notifier(self.client, self.commands, self.clock)
+        self.notifier = Notifier(self.client, self.commands, self.clock, self._give_back_stray)
 
     def _server_has_sharded_pubsub(self) -> bool:
         """The probe was denied (an ACL), which says nothing about the server: ask its
@@ -423,6 +423,22 @@ class Locks(LocksBase):
         except (Exception, ReplicaShortfall):
             logger.debug("could not finish an interrupted release of %r", claim.keys.name)
 
+    def _give_back_stray(self, claim: Claim) -> None:
+        """A hand-off reached a waiter that had already given up: give the lease back."""
+        self._finishing = {worker for worker in self._finishing if worker.alive()}
+        self._finishing.add(Worker(lambda: self._return_stray(claim), "redlease-stray"))
+
+    def _return_stray(self, claim: Claim) -> None:
+        """After a moment (a waiter that took the lease by its own retry is on the books by
+        then), give back the stray hand-off, unless that lease is held after all."""
+        sleep(LATE_COMMAND_S)
+        if any(lease.token == claim.token for lease in self.renewals.leases()):
+            return
+        try:
+            self.drive(give_back(claim))
+        except (Exception, ReplicaShortfall):
+            logger.debug("could not give back a stray hand-off of %r", claim.keys.name)
+
     def _abandon(self, claim: Claim) -> None:
         """An interrupted acquire may have been granted or queued: undo both, best effort.
 
@@ -457,7 +473,9 @@ class Locks(LocksBase):
                             waiter.close()
                             waiter = None
                         if waiter is None:
-                            waiter = self.notifier.subscribe(operation.channel, operation.seconds)
+                            waiter = self.notifier.subscribe(
+                                operation.channel, operation.claim, operation.seconds
+                            )
                         reply = waiter is not None
                     else:
                         assert waiter is not None

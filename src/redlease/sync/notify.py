@@ -1,12 +1,15 @@
 # Generated from redlease/aio/notify.py by tools/unasync.py; edit that file instead.
 """One pub/sub connection per client (per node on a cluster), shared by every waiter.
 
-A reader worker owns each connection's input; subscribers send (under a guard) and wait
-for the server's confirmation, so a hand-off published after ``subscribe`` returns
-cannot be missed. If a connection drops, its reader reconnects (on a cluster: to the
-node that owns each channel's slot now), resubscribes and wakes every waiter it carried,
-so each tries again (a message may have been lost meanwhile). A server that unsubscribes
-us itself (its slot moved away) gets its channels subscribed where the slot lives now.
+Hand-offs to the client's waiters arrive on its own channel per cluster slot, which stays
+subscribed for the client's life (see :mod:`redlease.core.waiters`): waiting costs no
+SUBSCRIBE or UNSUBSCRIBE once the client has waited in a slot. A reader worker owns each
+connection's input; subscribers send (under a guard) and wait for the server's
+confirmation, so a hand-off published after ``subscribe`` returns cannot be missed. If a
+connection drops, its reader reconnects (on a cluster: to the node that owns each
+channel's slot now), resubscribes and wakes every waiter it carried, so each tries again
+(a message may have been lost meanwhile). A server that unsubscribes us itself (its slot
+moved away) gets its channels subscribed where the slot lives now.
 """
 
 from __future__ import annotations
@@ -17,14 +20,10 @@ from collections.abc import Callable
 from typing import Any
 
 from redlease.compat import ResponseErrors
+from redlease.core.claims import Claim
 from redlease.core.protocol import NETWORK_ERRORS, Clock, Handoff
-from redlease.core.subscriptions import (
-    ChannelBook,
-    PubSubCommands,
-    classify,
-    handoff_of,
-    refusal,
-)
+from redlease.core.subscriptions import PubSubCommands, classify, refusal
+from redlease.core.waiters import WaiterBook
 from redlease.errors import ServerRefused
 from redlease.sync._flavor import (
     Flag,
@@ -51,9 +50,13 @@ RECONNECT_DELAYS = (0.05, 0.1, 0.2, 0.5) + (1.0,) * 60
 
 
 class Waiter:
-    def __init__(self, notifier: Notifier, channel: str) -> None:
+    """One wait: for the hand-off to ``claim``'s token on the client's channel, or (no claim)
+    for any message on a broadcast channel."""
+
+    def __init__(self, notifier: Notifier, channel: str, claim: Claim | None) -> None:
         self.notifier = notifier
         self.channel = channel
+        self.claim = claim
         self.wakeup = Wakeup()
         self.handoff: Handoff | None = None
 
@@ -85,11 +88,14 @@ class Notifier:
         client: Any,
         commands: Callable[[], PubSubCommands],
         clock: Clock = time.monotonic,
+        on_stray: Callable[[Claim], None] | None = None,
     ) -> None:
         self._client = client
         self._clock = clock
         self._commands = commands
-        self._book: ChannelBook[Waiter] = ChannelBook()
+        self._on_stray = on_stray
+        """Told of a hand-off that reached a waiter that had left: the client gives it back."""
+        self._book: WaiterBook[Waiter] = WaiterBook()
         self._confirmed: dict[str, Flag] = {}
         self._links: dict[str, Link] = {}
         self._link_of: dict[str, Link] = {}
@@ -99,24 +105,42 @@ class Notifier:
     def channels(self) -> list[str]:
         return self._book.channels()
 
+    def waiting(self) -> int:
+        """How many waiters wait on this client's connections now."""
+        return len(self._book)
+
+    def listening(self, channel: str) -> bool:
+        """Whether ``channel`` is subscribed and confirmed (waiting on it needs no I/O)."""
+        flag = self._confirmed.get(channel)
+        return flag is not None and not flag.pending()
+
     def connections(self) -> int:
         """Open pub/sub connections (one per node that carries a waiting channel)."""
         return sum(1 for link in self._links.values() if link.connection is not None)
 
-    def subscribe(self, channel: str, timeout: float = CONFIRM_TIMEOUT_S) -> Waiter | None:
-        """A waiter listening on ``channel``, once the server confirmed the subscription;
-        ``None`` when no confirmation came within ``timeout`` seconds."""
-        waiter = Waiter(self, channel)
+    def subscribe(
+        self, channel: str, claim: Claim | None = None, timeout: float = CONFIRM_TIMEOUT_S
+    ) -> Waiter | None:
+        """A waiter for ``claim``'s hand-off (or any message, without a claim) on
+        ``channel``, once the server confirmed the subscription; ``None`` when no
+        confirmation came within ``timeout`` seconds."""
+        waiter = Waiter(self, channel, claim)
+        if self.listening(channel):  # the common case: the client's channel is ready
+            with self._guard:
+                self._book.add(waiter)
+            return waiter
         commands = self._commands()
         name, connect, _ = node_of(self._client, channel)
         with self._guard:
-            if self._book.add(channel, waiter):
+            if self._book.add(waiter):
                 self._confirmed[channel] = Flag()
                 try:
                     link = self._linked(name, connect)
                     link.connection.send_command(commands.subscribe, channel)
                 except NETWORK_ERRORS:
-                    self._book.remove(channel, waiter)
+                    self._book.remove(waiter)
+                    self._book.forget(channel)
+                    self._confirmed.pop(channel, None)
                     raise
                 link.channels.add(channel)
                 self._link_of[channel] = link
@@ -135,10 +159,11 @@ class Notifier:
         return waiter
 
     def leave(self, waiter: Waiter) -> None:
+        with self._guard:
+            if not self._book.remove(waiter):
+                return
         commands = self._commands()
         with self._guard:
-            if not self._book.remove(waiter.channel, waiter):
-                return
             self._confirmed.pop(waiter.channel, None)
             link = self._link_of.pop(waiter.channel, None)
             if link is None:
@@ -233,7 +258,7 @@ class Notifier:
         if push is None:
             return
         if push.kind == "moved":
-            if self._book.waiters(push.channel):
+            if self._book.is_subscribed(push.channel):
                 self._rehome([push.channel])
             return
         if push.channel == SWITCH_MASTER:
@@ -241,12 +266,16 @@ class Notifier:
                 self._follow_master()
             return
         with self._guard:
-            if push.kind == "message":
-                for waiter in self._book.waiters(push.channel):
-                    waiter.handoff = handoff_of(push, self._clock())
-                    waiter.wakeup.set()
-            elif (flag := self._confirmed.get(push.channel)) is not None:
-                flag.set()
+            if push.kind != "message":
+                if (flag := self._confirmed.get(push.channel)) is not None:
+                    flag.set()
+                return
+            delivery = self._book.deliver(push.channel, push.payload, self._clock())
+            for waiter in delivery.woken:
+                waiter.handoff = delivery.handoff
+                waiter.wakeup.set()
+        if delivery.stray is not None and self._on_stray is not None:
+            self._on_stray(delivery.stray)
 
     def _refused(self, error: Exception) -> None:
         """An error reply on the pub/sub link answers a subscription (no permission): fail
@@ -270,7 +299,7 @@ class Notifier:
         for channel in channels:
             name, connect, _ = node_of(self._client, channel)
             with self._guard:
-                if not self._book.waiters(channel):
+                if not self._book.is_subscribed(channel):
                     continue
                 old = self._link_of.get(channel)
                 if old is not None:
@@ -331,6 +360,5 @@ class Notifier:
         return True
 
     def _wake(self, channels: set[str]) -> None:
-        for channel in channels:
-            for waiter in self._book.waiters(channel):
-                waiter.wakeup.set()
+        for waiter in self._book.on_channels(channels):
+            waiter.wakeup.set()
