@@ -29,7 +29,11 @@ reps, ``reps`` (the reps that finished), and ``errors`` summed over the reps (a 
 failed counts as one). A server that does not answer has no entry in ``versions``, and its
 approaches are listed in ``skipped`` with the reason. Every run uses private tables
 (``rlbench_flash_<random>`` in database ``test``) and Redis keys (``rlbench:flash:<random>``)
-and removes them afterwards.
+and removes them afterwards (``flash_stores.py``).
+
+This module is the runner: the plan, the reps, the buyers' race and the figures; the
+stores each approach sells from are in ``flash_stores.py``, the purchases in
+``flash_buyer.py``.
 """
 
 from __future__ import annotations
@@ -42,30 +46,19 @@ import queue
 import secrets
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager, suppress
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
-import redis
-
 from counting import start_together
-from flash_buyer import MARIADB, POSTGRES_DSN, BuyerSpec, buyer_main
-from stats import median, percentile, rounded
+from flash_buyer import BuyerSpec, buyer_main
+from flash_stores import APPROACHES, STORES, Servers, one_line, probe, split_stock, stocked
+from stats import median, percentile, rotated, rounded
 
 log = logging.getLogger("rlbench.flash")
 
-STORES = {
-    "redlease": "postgresql",
-    "postgres_for_update": "postgresql",
-    "mariadb_for_update": "mariadb",
-    "optimistic_version": "postgresql",
-    "redis_lua": "redis",
-    "no_lock": "postgresql",
-}
-APPROACHES = tuple(STORES)
-NEEDS_REDIS = frozenset({"redlease", "redis_lua", "segments"})
 SEGMENT_COUNTS = (1, 2, 4, 8)
 LUA = Path(__file__).resolve().parent / "lua" / "flash_decrement.lua"
 SPREAD_KEYS = ("buys_per_s_min", "buys_per_s_max", "oversold_max", "reps")
@@ -92,19 +85,6 @@ class RunFailed(Exception):
     """One run could not finish (a buyer died, did not start, or did not report)."""
 
 
-@dataclass
-class Servers:
-    redis_url: str | None = None
-    versions: dict[str, str] = field(default_factory=dict)
-    down: dict[str, str] = field(default_factory=dict)  # store -> reason
-
-    def reason_to_skip(self, part: str) -> str | None:
-        store = STORES.get(part, "postgresql")  # segments: PostgreSQL rows
-        stores = {store} | ({"redis"} if part in NEEDS_REDIS else set())
-        reasons = [self.down[store] for store in sorted(stores) if store in self.down]
-        return "; ".join(reasons) or None
-
-
 def step_count(quick: bool) -> int:
     """How often :func:`measure` calls ``progress`` (skipped steps included)."""
     plan = QUICK if quick else FULL
@@ -124,7 +104,7 @@ def measure(
     plan = QUICK if quick else FULL
     announce = progress or (lambda _text: None)
     with ExitStack() as stack:
-        servers = _probe(stack, redis_url)
+        servers = probe(stack, redis_url)
         runs: dict[str, list[dict[str, Any]]] = {}
         failures: dict[str, list[str]] = {}
         for rep in range(plan.reps):
@@ -138,20 +118,14 @@ def measure(
                     runs.setdefault(part, []).append(_one_part(part, plan, servers))
                 except Exception as exc:
                     log.warning("%s: %s", label, exc)
-                    failures.setdefault(part, []).append(_line(exc))
+                    failures.setdefault(part, []).append(one_line(exc))
     return cast(dict[str, Any], rounded(_assemble(servers, runs, failures)))
-
-
-def _line(exc: BaseException) -> str:
-    """An error on one line, for ``skipped`` and the log."""
-    return " ".join(f"{type(exc).__name__}: {exc}".split())
 
 
 def _order(rep: int) -> list[str]:
     """The approaches, then the segment counts, each list rotated by the rep (spreads drift)."""
     counts = [f"segments:{count}" for count in SEGMENT_COUNTS]
-    first, second = rep % len(APPROACHES), rep % len(counts)
-    return [*APPROACHES[first:], *APPROACHES[:first], *counts[second:], *counts[:second]]
+    return [*rotated(APPROACHES, rep), *rotated(counts, rep)]
 
 
 def _one_part(part: str, plan: Plan, servers: Servers) -> dict[str, Any]:
@@ -160,39 +134,12 @@ def _one_part(part: str, plan: Plan, servers: Servers) -> dict[str, Any]:
     return run_sale(part, plan, servers.redis_url)
 
 
-def _probe(stack: ExitStack, redis_url: str | None) -> Servers:
-    """Ask each server for its version; a server that does not answer is marked down."""
-    servers = Servers()
-    try:
-        servers.versions["postgresql"] = _sql_version("postgresql")
-    except Exception as exc:
-        servers.down["postgresql"] = f"PostgreSQL on 127.0.0.1:5432 does not answer: {_line(exc)}"
-    try:
-        servers.versions["mariadb"] = _sql_version("mariadb")
-    except Exception as exc:
-        servers.down["mariadb"] = f"MariaDB on 127.0.0.1:3306 does not answer: {_line(exc)}"
-    try:
-        if redis_url is None:
-            from redlease.server import EmbeddedServer  # noqa: PLC0415
-
-            redis_url = stack.enter_context(EmbeddedServer()).url
-        client = redis.Redis.from_url(redis_url, socket_timeout=5)
-        info = client.info("server")
-        client.close()
-        kind = "valkey" if info.get("valkey_version") else "redis"
-        servers.versions["redis_server"] = f"{kind} {info.get(f'{kind}_version')}"
-        servers.redis_url = redis_url
-    except Exception as exc:
-        servers.down["redis"] = f"no Redis server: {_line(exc)}"
-    return servers
-
-
 def run_sale(approach: str, plan: Plan, redis_url: str | None, segments: int = 1) -> dict[str, Any]:
     """One sale of ``plan.stock`` units to ``plan.buyers`` processes; always cleans up."""
     run_id = secrets.token_hex(4)
     table, prefix = f"rlbench_flash_{run_id}", f"rlbench:flash:{run_id}"
     store = "postgresql" if approach == "segments" else STORES[approach]
-    shares = _split(plan.stock, segments)
+    shares = split_stock(plan.stock, segments)
     spec = BuyerSpec(
         approach=approach,
         index=0,
@@ -204,7 +151,7 @@ def run_sale(approach: str, plan: Plan, redis_url: str | None, segments: int = 1
         max_tries=plan.max_tries,
         seconds=plan.seconds,
     )
-    with _stocked(store, table, prefix, shares, redis_url) as count_state:
+    with stocked(store, table, prefix, shares, redis_url) as count_state:
         begin, reports = _race(spec, plan.buyers)
         orders, final = count_state()
     return _figures(plan, store, shares, orders, final, begin, reports)
@@ -278,122 +225,6 @@ def _figures(
         "errors": sum(report["errors"] for report in reports),
         "store": store,
     }
-
-
-@contextmanager
-def _stocked(
-    store: str, table: str, prefix: str, shares: list[int], redis_url: str | None
-) -> Iterator[Callable[[], tuple[list[int], list[int]]]]:
-    """Put the stock on sale; yield a reader of (orders, stock left) per segment; remove all."""
-    try:
-        if store == "redis":
-            yield from _redis_stocked(prefix, shares[0], redis_url)
-        else:
-            with _sql(store) as connection:
-                try:
-                    _create_tables(connection, store, table, shares)
-                    yield lambda: _sql_state(connection, table, len(shares))
-                finally:
-                    _drop_tables(connection, table)
-    finally:
-        if redis_url is not None:  # the redis_lua keys, or the redlease locks of the run
-            client = redis.Redis.from_url(redis_url)
-            _delete_keys(client, prefix)
-            client.close()
-
-
-def _redis_stocked(
-    prefix: str, stock: int, redis_url: str | None
-) -> Iterator[Callable[[], tuple[list[int], list[int]]]]:
-    assert redis_url is not None
-    client = redis.Redis.from_url(redis_url)
-    try:
-        client.set(f"{prefix}:stock", stock)
-
-        def state() -> tuple[list[int], list[int]]:
-            left = int(client.get(f"{prefix}:stock") or 0)
-            return [int(client.llen(f"{prefix}:orders"))], [left]
-
-        yield state
-    finally:
-        client.close()
-
-
-@contextmanager
-def _sql(store: str) -> Iterator[Any]:
-    if store == "mariadb":
-        import pymysql  # noqa: PLC0415
-
-        connection = pymysql.connect(**MARIADB, autocommit=False)
-    else:
-        import psycopg  # noqa: PLC0415
-
-        connection = psycopg.connect(POSTGRES_DSN)
-    try:
-        yield connection
-    finally:
-        connection.close()
-
-
-def _sql_version(store: str) -> str:
-    with _sql(store) as connection, connection.cursor() as cursor:
-        cursor.execute("SHOW server_version" if store == "postgresql" else "SELECT VERSION()")
-        (version,) = cursor.fetchone()
-        connection.rollback()
-        return str(version)
-
-
-def _create_tables(connection: Any, store: str, table: str, shares: list[int]) -> None:
-    serial, engine = (
-        ("BIGINT AUTO_INCREMENT", " ENGINE=InnoDB") if store == "mariadb" else ("BIGSERIAL", "")
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"CREATE TABLE {table} (id INT PRIMARY KEY, stock INT NOT NULL,"
-            f" version INT NOT NULL DEFAULT 0){engine}"
-        )
-        cursor.execute(
-            f"CREATE TABLE {table}_orders (id {serial} PRIMARY KEY,"
-            f" buyer INT NOT NULL, segment INT NOT NULL){engine}"
-        )
-        cursor.executemany(
-            f"INSERT INTO {table} (id, stock) VALUES (%s, %s)", list(enumerate(shares))
-        )
-    connection.commit()
-
-
-def _sql_state(connection: Any, table: str, segments: int) -> tuple[list[int], list[int]]:
-    orders, left = [0] * segments, [0] * segments
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT segment, COUNT(*) FROM {table}_orders GROUP BY segment")
-        for segment, count in cursor.fetchall():
-            orders[segment] = int(count)
-        cursor.execute(f"SELECT id, stock FROM {table}")
-        for segment, stock in cursor.fetchall():
-            left[segment] = int(stock)
-    connection.rollback()
-    return orders, left
-
-
-def _drop_tables(connection: Any, table: str) -> None:
-    with suppress(Exception):
-        connection.rollback()
-    with connection.cursor() as cursor:
-        cursor.execute(f"DROP TABLE IF EXISTS {table}_orders")
-        cursor.execute(f"DROP TABLE IF EXISTS {table}")
-    connection.commit()
-
-
-def _delete_keys(client: redis.Redis, prefix: str) -> None:
-    """Delete the run's keys (the lock's included); bounded by count."""
-    keys = list(client.scan_iter(match=f"{prefix}*", count=1000))[:100_000]
-    for start in range(0, len(keys), 500):
-        client.unlink(*keys[start : start + 500])
-
-
-def _split(stock: int, segments: int) -> list[int]:
-    share, extra = divmod(stock, segments)
-    return [share + (segment < extra) for segment in range(segments)]
 
 
 def _assemble(

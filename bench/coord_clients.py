@@ -64,10 +64,12 @@ class CoordClient:
 
 
 class RedleaseClient(CoordClient):
+    """``Locks(url).lock(name)``; the Redlock client below differs only in what it opens."""
+
     def __init__(self, url: str) -> None:
         import redlease  # noqa: PLC0415 - a worker imports only its own system's client
 
-        self.locks = redlease.Locks(url)
+        self.locks: Any = redlease.Locks(url)
 
     def acquire(self, name: str) -> Any:
         lock = self.locks.lock(f"rlbench:coord:{name}")
@@ -78,19 +80,11 @@ class RedleaseClient(CoordClient):
         self.locks.close()
 
 
-class RedlockClient(CoordClient):
+class RedlockClient(RedleaseClient):
     def __init__(self, urls: tuple[str, ...]) -> None:
         import redlease  # noqa: PLC0415
 
-        self.redlock = redlease.Redlock(list(urls))
-
-    def acquire(self, name: str) -> Any:
-        lock = self.redlock.lock(f"rlbench:coord:{name}")
-        lock.acquire(timeout=HANG_GUARD_S)
-        return lock
-
-    def close(self) -> None:
-        self.redlock.close()
+        self.locks = redlease.Redlock(list(urls))
 
 
 class ZooKeeperClient(CoordClient):

@@ -36,7 +36,7 @@ import multiprocessing
 import queue
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,7 +54,7 @@ from coord_servers import (
 )
 from coord_worker import WorkerSpec, coordination_worker
 from counting import start_together
-from stats import median, percentile
+from stats import median, percentile, rotated
 from uncontended import time_loop
 
 SYSTEMS = ("redlease", "redlock3", "redlock5", "zookeeper", "etcd", "zookeeper1", "etcd1")
@@ -193,12 +193,8 @@ def _cycles(
             stack.callback(clients[name].close)
         except Exception as exc:
             skipped[name] = f"client did not connect: {type(exc).__name__}: {exc}"
-    order = list(clients)
     for rep in range(plan.reps):
-        shift = rep % len(order)
-        for name in order[shift:] + order[:shift]:
-            if name in skipped:
-                continue
+        for name in _running(clients, rep, skipped):
             say(f"coordination: cycles rep {rep + 1}/{plan.reps}: {name}")
             client = clients[name]
 
@@ -211,6 +207,13 @@ def _cycles(
                 skipped[name] = f"cycle failed: {type(exc).__name__}: {exc}"
 
 
+def _running(systems: dict[str, Any], rep: int, skipped: dict[str, str]) -> Iterator[str]:
+    """The systems in this rep's order, leaving out any skipped meanwhile."""
+    for name in rotated(list(systems), rep):
+        if name not in skipped:
+            yield name
+
+
 def _handoffs(
     targets: dict[str, Target],
     plan: Plan,
@@ -218,12 +221,8 @@ def _handoffs(
     say: Callable[[str], None],
     skipped: dict[str, str],
 ) -> None:
-    order = list(targets)
     for rep in range(plan.handoff_reps):
-        shift = rep % len(order)
-        for name in order[shift:] + order[:shift]:
-            if name in skipped:
-                continue
+        for name in _running(targets, rep, skipped):
             say(f"coordination: handoff rep {rep + 1}/{plan.handoff_reps}: {name}")
             run = _contend(targets[name], plan, counter_url, f"handoff-{rep}")
             if run.get("error"):

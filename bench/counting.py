@@ -86,6 +86,16 @@ def delta(before: Counter[str], after: Counter[str]) -> Counter[str]:
     return Counter({k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)})
 
 
+def count_keys(admin: redis.Redis, pattern: str, limit: int = 10_000_000) -> int:
+    """Keys matching ``pattern`` now (SCAN leaves out keys whose time is up); bounded."""
+    found = 0
+    for _ in admin.scan_iter(match=pattern, count=1000):
+        found += 1
+        if found >= limit:
+            break
+    return found
+
+
 def get_while_alive(channel: Any, processes: list[Any], timeout_s: float) -> Any:
     """``channel.get()``, but give up (``queue.Empty``) as soon as a process has died.
 

@@ -18,8 +18,9 @@ from typing import Any
 import redis
 
 from contended import run_contended
-from report import summarise_contended
-from stats import median, ratio, spread
+from plan import Plan
+from report import HANDOFF_KEYS, MEDIAN_OF_REPS, summarise_contended
+from stats import median, ratio, with_spread
 from uncontended import commands_per_cycle, evalsha_rtt, time_loop
 
 FAIR = "redlease-fair"
@@ -56,33 +57,9 @@ def fair_figures(runs: dict[str, list[dict[str, Any]]], workers: int) -> dict[st
     fair = summarise_contended(runs[FAIR])
     plain = summarise_contended(runs[PLAIN])
     figures: dict[str, Any] = {"fair_workers": workers}
-    for key in (
-        "handoff_p50_us",
-        "handoff_p99_us",
-        "handoff_p50_rtt",
-        "handoff_p99_rtt",
-        "handoff_p50_loaded_rtt",
-        "handoff_p99_loaded_rtt",
-        "acquires_per_s",
-        "longest_wait_ms",
-        "wait_p50_ms",
-        "handoff_share",
-        "idle_rtt_us",
-        "loaded_rtt_us",
-        "commands_per_acquire",
-        "client_commands_per_acquire",
-        "overlaps",
-        "counter_mismatch",
-    ):
+    for key in (*MEDIAN_OF_REPS, "longest_wait_ms", "overlaps", "counter_mismatch"):
         figures[f"fair_{key}"] = fair.get(key)
-    for key in (
-        "handoff_p50_us",
-        "handoff_p99_us",
-        "handoff_p50_rtt",
-        "acquires_per_s",
-        "longest_wait_ms",
-        "handoff_share",
-    ):
+    for key in (*HANDOFF_KEYS[:3], "acquires_per_s", "longest_wait_ms", "handoff_share"):
         figures[f"plain_{key}"] = plain.get(key)
     figures["fair_handoff_p50_us_spread"] = fair.get("handoff_p50_us_spread")
     figures["fair_handoff_p50_rtt_spread"] = fair.get("handoff_p50_rtt_spread")
@@ -138,13 +115,7 @@ class _Cycler:
 
 
 def semaphore_reps(
-    url: str,
-    admin: redis.Redis,
-    reps: int,
-    rtt_count: int,
-    count: int,
-    budget_s: float,
-    tick: Callable[[], None],
+    url: str, admin: redis.Redis, plan: Plan, tick: Callable[[], None]
 ) -> dict[str, Any]:
     """Per rep: an EVALSHA reference, then semaphore and plain-lock cycles (order alternating)."""
     import redlease  # noqa: PLC0415
@@ -164,9 +135,10 @@ def semaphore_reps(
     keys = {"semaphore": "rlbench:semaphore", "lock": "rlbench:semaphore:lock"}
     samples: dict[str, list[float]] = {"rtt": [], "semaphore": [], "lock": [], "ratio": []}
     cpu: list[float] = []
+    count, budget_s = plan.cycles, plan.budget_s
     try:
-        for rep in range(reps):
-            rtt = evalsha_rtt(client, rtt_count, budget_s).us
+        for rep in range(plan.reps):
+            rtt = evalsha_rtt(client, plan.rtt_ops, budget_s).us
             samples["rtt"].append(rtt)
             order = ("semaphore", "lock") if rep % 2 == 0 else ("lock", "semaphore")
             for name in order:
@@ -184,10 +156,8 @@ def semaphore_reps(
         client.close()
     return {
         "semaphore_permits": PERMITS,
-        "semaphore_cycle_us": median(samples["semaphore"]),
-        "semaphore_cycle_us_spread": spread(samples["semaphore"]),
-        "semaphore_cycle_rtt": median(samples["ratio"]),
-        "semaphore_cycle_rtt_spread": spread(samples["ratio"]),
+        **with_spread("semaphore_cycle_us", samples["semaphore"]),
+        **with_spread("semaphore_cycle_rtt", samples["ratio"]),
         "semaphore_cycle_cpu_us": median(cpu),
         "semaphore_rtt_us": median(samples["rtt"]),
         "semaphore_lock_cycle_us": median(samples["lock"]),

@@ -26,8 +26,8 @@ import enum
 import os
 import random
 import time
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -204,50 +204,50 @@ def _read_check_write(
     connection: Any, table: str, segment: int, buyer: int, for_update: str = ""
 ) -> Outcome:
     """The purchase: safe only under a lock, or with ``for_update`` = ``" FOR UPDATE"``."""
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute(f"SELECT stock FROM {table} WHERE id = %s{for_update}", (segment,))
-            (stock,) = cursor.fetchone()
-            if stock <= 0:
-                connection.rollback()
-                return Outcome.SOLD_OUT
-            cursor.execute(f"UPDATE {table} SET stock = %s WHERE id = %s", (stock - 1, segment))
-            cursor.execute(
-                f"INSERT INTO {table}_orders (buyer, segment) VALUES (%s, %s)", (buyer, segment)
-            )
-        connection.commit()
-    except Exception:
-        with suppress(Exception):
+    with _rolled_back_on_error(connection) as cursor:
+        cursor.execute(f"SELECT stock FROM {table} WHERE id = %s{for_update}", (segment,))
+        (stock,) = cursor.fetchone()
+        if stock <= 0:
             connection.rollback()
-        raise
-    return Outcome.SOLD
+            return Outcome.SOLD_OUT
+        cursor.execute(f"UPDATE {table} SET stock = %s WHERE id = %s", (stock - 1, segment))
+        return _order(connection, cursor, table, segment, buyer)
 
 
 def _optimistic(connection: Any, table: str, segment: int, buyer: int) -> Outcome:
     """Read stock and version; write only if the version is still the one read."""
+    with _rolled_back_on_error(connection) as cursor:
+        cursor.execute(f"SELECT stock, version FROM {table} WHERE id = %s", (segment,))
+        stock, version = cursor.fetchone()
+        if stock <= 0:
+            connection.rollback()
+            return Outcome.SOLD_OUT
+        cursor.execute(
+            f"UPDATE {table} SET stock = %s, version = version + 1 WHERE id = %s AND version = %s",
+            (stock - 1, segment, version),
+        )
+        if cursor.rowcount == 0:
+            connection.rollback()
+            return Outcome.RETRY
+        return _order(connection, cursor, table, segment, buyer)
+
+
+@contextmanager
+def _rolled_back_on_error(connection: Any) -> Iterator[Any]:
+    """A cursor; an error inside rolls the transaction back, and is raised."""
     try:
         with connection.cursor() as cursor:
-            cursor.execute(f"SELECT stock, version FROM {table} WHERE id = %s", (segment,))
-            stock, version = cursor.fetchone()
-            if stock <= 0:
-                connection.rollback()
-                return Outcome.SOLD_OUT
-            cursor.execute(
-                f"UPDATE {table} SET stock = %s, version = version + 1"
-                " WHERE id = %s AND version = %s",
-                (stock - 1, segment, version),
-            )
-            if cursor.rowcount == 0:
-                connection.rollback()
-                return Outcome.RETRY
-            cursor.execute(
-                f"INSERT INTO {table}_orders (buyer, segment) VALUES (%s, %s)", (buyer, segment)
-            )
-        connection.commit()
+            yield cursor
     except Exception:
         with suppress(Exception):
             connection.rollback()
         raise
+
+
+def _order(connection: Any, cursor: Any, table: str, segment: int, buyer: int) -> Outcome:
+    """Record the order and commit the purchase."""
+    cursor.execute(f"INSERT INTO {table}_orders (buyer, segment) VALUES (%s, %s)", (buyer, segment))
+    connection.commit()
     return Outcome.SOLD
 
 

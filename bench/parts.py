@@ -18,30 +18,10 @@ from typing import Any
 import redis
 
 from peers import LIBRARIES, open_session
-from stats import median
+from plan import Plan
+from stats import rotated
 
 Label = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class Plan:
-    quick: bool
-    reps: int  # rtt and cycle reps (libraries rotated per rep)
-    rtt_ops: int
-    cycles: int
-    budget_s: float  # time cap of any one timed block
-    handoff_reps: int
-    handoff_s: float
-    worker_counts: tuple[int, ...]
-    renew_counts: tuple[int, ...]
-    renew_ttl_s: int
-    renew_hold_s: float
-    async_reps: int
-    async_cycles: int
-    family_workers: int  # fair and rw: worker processes per run
-    family_reps: int  # fair and rw: reps of each of the two sessions compared
-    family_s: float
-    # semaphore, redlock and cluster reuse reps, rtt_ops, cycles and budget_s
 
 
 @dataclass
@@ -59,6 +39,7 @@ class PartSkipped(RuntimeError):
 
 def steps(plan: Plan, parts: tuple[str, ...]) -> dict[str, int]:
     """Progress-bar steps of each part that will run."""
+    from footprint import FOOTPRINT_STEPS  # noqa: PLC0415
     from renewal import RENEWING_LIBRARIES  # noqa: PLC0415
 
     cycle_sessions = len(LIBRARIES) + 1
@@ -73,6 +54,7 @@ def steps(plan: Plan, parts: tuple[str, ...]) -> dict[str, int]:
         "semaphore": plan.reps,
         "redlock": plan.reps,
         "cluster": plan.reps,
+        "footprint": FOOTPRINT_STEPS,
         "flash": _flash_steps(plan.quick) if "flash" in parts else 1,
         "coordination": 1,
     }
@@ -95,17 +77,7 @@ def cycle_part(ctx: Context, with_cycles: bool) -> dict[str, Any]:
     names = [*LIBRARIES, "redlease-ttl10"] if with_cycles else list(LIBRARIES)
     sessions = {name: open_session(name, ctx.url) for name in names}
     try:
-        plan = ctx.plan
-        rtts, uncontended = cycle_reps(
-            sessions,
-            ctx.admin,
-            plan.reps,
-            plan.rtt_ops,
-            plan.cycles,
-            plan.budget_s,
-            with_cycles,
-            ctx.tick,
-        )
+        rtts, uncontended = cycle_reps(sessions, ctx.admin, ctx.plan, with_cycles, ctx.tick)
     finally:
         for session in sessions.values():
             session.close()
@@ -120,10 +92,8 @@ def handoff_part(ctx: Context) -> dict[str, Any]:
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
     rtts: list[float] = []
     for rep in range(plan.handoff_reps):
-        shift = rep % len(LIBRARIES)
-        order = LIBRARIES[shift:] + LIBRARIES[:shift]
         for workers in plan.worker_counts:
-            for library in order:
+            for library in rotated(LIBRARIES, rep):
                 ctx.label(f"handoff: {library}, {workers} workers, rep {rep + 1}")
                 run = run_contended(ctx.url, library, workers, plan.handoff_s, f"{workers}w{rep}")
                 runs.setdefault(library, {}).setdefault(str(workers), []).append(run)
@@ -155,66 +125,66 @@ def renewal_part(ctx: Context) -> dict[str, Any]:
 def async_part(ctx: Context) -> dict[str, Any]:
     from uncontended import async_reps  # noqa: PLC0415
 
-    plan = ctx.plan
-    return async_reps(ctx.url, plan.async_reps, plan.async_cycles, plan.budget_s, ctx.tick)
+    return async_reps(ctx.url, ctx.plan, ctx.tick)
 
 
 def fair_part(ctx: Context) -> dict[str, Any]:
-    from family import FAIR, PLAIN, contended_pair, fair_figures  # noqa: PLC0415
+    from family import FAIR, PLAIN, fair_figures  # noqa: PLC0415
 
-    plan = ctx.plan
-    runs = contended_pair(
-        ctx.url,
-        (FAIR, PLAIN),
-        plan.family_workers,
-        plan.family_reps,
-        plan.family_s,
-        lambda text: ctx.label(f"fair: {text}"),
-        ctx.tick,
-    )
-    return {"extras": fair_figures(runs, plan.family_workers)}
+    return _family_pair(ctx, "fair", (FAIR, PLAIN), fair_figures)
 
 
 def rw_part(ctx: Context) -> dict[str, Any]:
-    from family import READ, WRITE, contended_pair, rw_figures  # noqa: PLC0415
+    from family import READ, WRITE, rw_figures  # noqa: PLC0415
+
+    return _family_pair(ctx, "rw", (READ, WRITE), rw_figures)
+
+
+def _family_pair(
+    ctx: Context,
+    part: str,
+    sessions: tuple[str, str],
+    figures: Callable[[dict[str, list[dict[str, Any]]], int], dict[str, Any]],
+) -> dict[str, Any]:
+    """Two redlease sessions under the same contention, alternating per rep (``family.py``)."""
+    from family import contended_pair  # noqa: PLC0415
 
     plan = ctx.plan
     runs = contended_pair(
         ctx.url,
-        (READ, WRITE),
+        sessions,
         plan.family_workers,
         plan.family_reps,
         plan.family_s,
-        lambda text: ctx.label(f"rw: {text}"),
+        lambda text: ctx.label(f"{part}: {text}"),
         ctx.tick,
     )
-    return {"extras": rw_figures(runs, plan.family_workers)}
+    return {"extras": figures(runs, plan.family_workers)}
 
 
 def semaphore_part(ctx: Context) -> dict[str, Any]:
     from family import semaphore_reps  # noqa: PLC0415
 
-    plan = ctx.plan
-    figures = semaphore_reps(
-        ctx.url, ctx.admin, plan.reps, plan.rtt_ops, plan.cycles, plan.budget_s, ctx.tick
-    )
-    return {"extras": figures}
+    return {"extras": semaphore_reps(ctx.url, ctx.admin, ctx.plan, ctx.tick)}
 
 
 def redlock_part(ctx: Context) -> dict[str, Any]:
     from topologies import redlock_reps  # noqa: PLC0415
 
-    plan = ctx.plan
-    figures = redlock_reps(plan.reps, plan.rtt_ops, plan.cycles, plan.budget_s, ctx.label, ctx.tick)
-    return {"extras": figures}
+    return {"extras": redlock_reps(ctx.plan, ctx.label, ctx.tick)}
 
 
 def cluster_part(ctx: Context) -> dict[str, Any]:
     from topologies import cluster_reps  # noqa: PLC0415
 
-    plan = ctx.plan
-    figures = cluster_reps(plan.reps, plan.rtt_ops, plan.cycles, plan.budget_s, ctx.label, ctx.tick)
-    return {"extras": figures}
+    return {"extras": cluster_reps(ctx.plan, ctx.label, ctx.tick)}
+
+
+def footprint_part(ctx: Context) -> dict[str, Any]:
+    """What a held lock keeps on the server, and what released names leave behind."""
+    from footprint import measure_footprint  # noqa: PLC0415
+
+    return {"extras": measure_footprint(ctx.url, ctx.admin, ctx.plan, ctx.label, ctx.tick)}
 
 
 def flash_part(ctx: Context) -> dict[str, Any]:
@@ -267,6 +237,7 @@ RUNNERS: dict[str, Callable[[Context], dict[str, Any]]] = {
     "semaphore": semaphore_part,
     "redlock": redlock_part,
     "cluster": cluster_part,
+    "footprint": footprint_part,
     "flash": flash_part,
     "coordination": coordination_part,
 }
@@ -276,13 +247,3 @@ def run_part(ctx: Context, part: str) -> dict[str, Any]:
     if part in ("cycle", "rtt"):
         return cycle_part(ctx, with_cycles=part == "cycle")
     return RUNNERS[part](ctx)
-
-
-def rtt_median(parts: dict[str, dict[str, Any]]) -> float | None:
-    """Median of every idle EVALSHA reference the given parts took."""
-    rtts = [
-        value
-        for name in ("rtt", "cycle", "handoff")
-        for value in parts.get(name, {}).get("data", {}).get("rtts", [])
-    ]
-    return median(rtts)

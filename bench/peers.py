@@ -82,59 +82,58 @@ class RedleaseSession(Session):
         super().close()
 
 
-class RedleaseFixedTtlSession(RedleaseSession):
+class _RedleaseVariant(RedleaseSession):
+    """A redlease session whose lock object comes from :meth:`make` (the other primitives,
+    other options); the plain session keeps its direct calls, the ones compared with the
+    peers."""
+
+    def make(self, key: str, **options: Any) -> Any:
+        raise NotImplementedError
+
+    def cycle(self, key: str) -> None:
+        with self.make(key):
+            pass
+
+    def acquire(self, key: str) -> Any:
+        lock = self.make(key, timeout=HANG_GUARD_S)
+        lock.acquire()
+        return lock
+
+
+class RedleaseFixedTtlSession(_RedleaseVariant):
     """``ttl=10`` and no renewal: isolates what registering a lease for renewal costs."""
 
     name = "redlease-ttl10"
 
-    def cycle(self, key: str) -> None:
-        with self.locks.lock(key, ttl=LEASE_S):
-            pass
+    def make(self, key: str, **options: Any) -> Any:
+        return self.locks.lock(key, ttl=LEASE_S, **options)
 
 
-class RedleaseFairSession(RedleaseSession):
+class RedleaseFairSession(_RedleaseVariant):
     """``locks.fair_lock(key)``: strict arrival order (the ``fair`` part)."""
 
     name = "redlease-fair"
 
-    def cycle(self, key: str) -> None:
-        with self.locks.fair_lock(key):
-            pass
-
-    def acquire(self, key: str) -> Any:
-        lock = self.locks.fair_lock(key, timeout=HANG_GUARD_S)
-        lock.acquire()
-        return lock
+    def make(self, key: str, **options: Any) -> Any:
+        return self.locks.fair_lock(key, **options)
 
 
-class RedleaseReadSession(RedleaseSession):
+class RedleaseReadSession(_RedleaseVariant):
     """``locks.rw_lock(key).read``: readers share the lock (the ``rw`` part)."""
 
     name = "redlease-read"
 
-    def cycle(self, key: str) -> None:
-        with self.locks.rw_lock(key).read:
-            pass
-
-    def acquire(self, key: str) -> Any:
-        lock = self.locks.rw_lock(key, timeout=HANG_GUARD_S).read
-        lock.acquire()
-        return lock
+    def make(self, key: str, **options: Any) -> Any:
+        return self.locks.rw_lock(key, **options).read
 
 
-class RedleaseWriteSession(RedleaseSession):
+class RedleaseWriteSession(_RedleaseVariant):
     """``locks.rw_lock(key).write``: one writer at a time (the ``rw`` part)."""
 
     name = "redlease-write"
 
-    def cycle(self, key: str) -> None:
-        with self.locks.rw_lock(key).write:
-            pass
-
-    def acquire(self, key: str) -> Any:
-        lock = self.locks.rw_lock(key, timeout=HANG_GUARD_S).write
-        lock.acquire()
-        return lock
+    def make(self, key: str, **options: Any) -> Any:
+        return self.locks.rw_lock(key, **options).write
 
 
 class RedisPySession(Session):

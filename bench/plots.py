@@ -213,22 +213,45 @@ def asynchronous(result: dict[str, Any], plt: Any) -> Any:
 
 def flash_sale(result: dict[str, Any], plt: Any) -> Any:
     approaches = result["claims"]["flash_sale"]
-    names = list(approaches)
     labels = [
-        f"{name}\n(oversold {approaches[name].get('oversold')})"
-        if approaches[name].get("oversold")
-        else name
-        for name in names
+        f"{name}\n(oversold {figures.get('oversold')})" if figures.get("oversold") else name
+        for name, figures in approaches.items()
     ]
+    return _claims_figure(
+        plt,
+        approaches,
+        labels,
+        (13, 4.6),
+        ("buys_per_s", "buys / s (range over reps)", False),
+        (("latency_p50_us", "latency_p99_us"), "buy latency, µs (log): p50 pale, p99 solid"),
+        "Flash sale: one stock, many buyers",
+    )
+
+
+def _claims_figure(
+    plt: Any,
+    rows: dict[str, Any],
+    labels: list[str],
+    size: tuple[float, float],
+    bars: tuple[str, str, bool],
+    paired: tuple[tuple[str, str], str],
+    title: str,
+) -> Any:
+    """Per row (approach or system): a bar with its range over reps (``bars``: key, title,
+    log scale), beside its p50 and p99 as a pale and a solid bar (``paired``)."""
+    names = list(rows)
     colours = [COLOURS["redlease"] if name == "redlease" else "#7f8c8d" for name in names]
-    figure, axes = plt.subplots(1, 2, figsize=(13, 4.6))
-    values = [approaches[n].get("buys_per_s") for n in names]
-    spreads = [_min_max(approaches[n], "buys_per_s") for n in names]
-    _bars(axes[0], labels, values, spreads, colours)
-    axes[0].set_title("buys / s (range over reps)")
-    _paired(axes[1], labels, approaches, names, ("latency_p50_us", "latency_p99_us"))
-    axes[1].set_title("buy latency, µs (log): p50 pale, p99 solid")
-    figure.suptitle("Flash sale: one stock, many buyers")
+    figure, axes = plt.subplots(1, 2, figsize=size)
+    key, bars_title, log = bars
+    values = [rows[name].get(key) for name in names]
+    _bars(axes[0], labels, values, [_min_max(rows[name], key) for name in names], colours)
+    if log:
+        axes[0].set_yscale("log")
+    axes[0].set_title(bars_title)
+    keys, paired_title = paired
+    _paired(axes[1], labels, rows, names, keys)
+    axes[1].set_title(paired_title)
+    figure.suptitle(title)
     return figure
 
 
@@ -277,17 +300,15 @@ def segments(result: dict[str, Any], plt: Any) -> Any:
 
 def coordination(result: dict[str, Any], plt: Any) -> Any:
     systems = result["claims"]["coordination"]
-    names = list(systems)
-    colours = [COLOURS["redlease"] if name == "redlease" else "#7f8c8d" for name in names]
-    figure, axes = plt.subplots(1, 2, figsize=(12, 4.4))
-    values = [systems[n].get("cycle_us") for n in names]
-    _bars(axes[0], names, values, [_min_max(systems[n], "cycle_us") for n in names], colours)
-    axes[0].set_yscale("log")
-    axes[0].set_title("uncontended cycle, µs (log; range over reps)")
-    _paired(axes[1], names, systems, names, ("handoff_p50_us", "handoff_p99_us"))
-    axes[1].set_title("contended handoff, µs (log): p50 pale, p99 solid")
-    figure.suptitle("Coordination systems: one lock")
-    return figure
+    return _claims_figure(
+        plt,
+        systems,
+        list(systems),
+        (12, 4.4),
+        ("cycle_us", "uncontended cycle, µs (log; range over reps)", True),
+        (("handoff_p50_us", "handoff_p99_us"), "contended handoff, µs (log): p50 pale, p99 solid"),
+        "Coordination systems: one lock",
+    )
 
 
 Plot = Callable[[dict[str, Any], Any], Any]

@@ -4,11 +4,12 @@
     python bench/run.py --docs-only
 
 Parts: rtt, cycle, handoff, renewal, async (redlease against the peers), the redlease-only
-fair, rw, semaphore, redlock, cluster, and the claims parts flash and coordination
-(default: all). A private Valkey/Redis is started unless REDIS_URL is set (redlock,
+fair, rw, semaphore, redlock, cluster, footprint, and the claims parts flash and
+coordination (default: all). A private Valkey/Redis is started unless REDIS_URL is set (redlock,
 cluster and coordination always start private servers of their own); only loopback
 traffic. Progress goes to stderr, the table to stdout and, with --json, one JSON object
-on the last stdout line. Unless --no-docs, the run's parts are merged into
+on the last stdout line; the table of the performance targets (``targets.py``) comes
+last. Unless --no-docs, the run's parts are merged into
 bench/results/latest.json and docs/benchmarks.md and its plots are generated from that
 file (--docs-only regenerates them without measuring).
 See docs/benchmarks.md for what each figure means.
@@ -23,12 +24,13 @@ import platform
 import sys
 import time
 import traceback
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from parts import Context, PartSkipped, Plan, run_part, steps
+from parts import Context, PartSkipped, run_part, steps
+from plan import FULL, QUICK, Plan
 
 PARTS = (
     "rtt",
@@ -41,48 +43,12 @@ PARTS = (
     "semaphore",
     "redlock",
     "cluster",
+    "footprint",
     "flash",
     "coordination",
 )
 CLAIMS_PARTS = ("flash", "coordination")
 DOCS_DIR = Path(__file__).resolve().parent.parent / "docs"
-
-FULL = Plan(
-    quick=False,
-    reps=7,
-    rtt_ops=2000,
-    cycles=2000,
-    budget_s=8.0,
-    handoff_reps=3,
-    handoff_s=6.0,
-    worker_counts=(2, 4, 8, 16),
-    renew_counts=(100, 1_000, 10_000),
-    renew_ttl_s=3,
-    renew_hold_s=10.0,
-    async_reps=7,
-    async_cycles=2000,
-    family_workers=8,
-    family_reps=3,
-    family_s=6.0,
-)
-QUICK = Plan(
-    quick=True,
-    reps=3,
-    rtt_ops=500,
-    cycles=400,
-    budget_s=3.0,
-    handoff_reps=1,
-    handoff_s=2.5,
-    worker_counts=(2, 8),
-    renew_counts=(100, 1_000),
-    renew_ttl_s=3,
-    renew_hold_s=4.0,
-    async_reps=3,
-    async_cycles=300,
-    family_workers=8,
-    family_reps=1,
-    family_s=2.0,
-)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,6 +63,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--results", type=Path, help="kept results (bench/results/latest.json)")
     parser.add_argument("--docs-dir", type=Path, default=DOCS_DIR, help="where the doc goes")
+    parser.add_argument(
+        "--retry-window",
+        type=float,
+        metavar="S",
+        help="footprint: seconds a release can be retried, waited out before the keys left "
+        f"are counted (default {FULL.retry_window_s:g}: the release latch's lifetime today)",
+    )
     args = parser.parse_args(argv)
     from store import DEFAULT_PATH  # noqa: PLC0415
 
@@ -107,6 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     if "cycle" in parts and "rtt" in parts:
         parts = tuple(part for part in parts if part != "rtt")  # cycle takes the references
     plan = QUICK if args.quick else FULL
+    if args.retry_window is not None:
+        if not 0 <= args.retry_window <= 3600:
+            parser.error("--retry-window takes 0 to 3600 seconds")
+        plan = replace(plan, retry_window_s=args.retry_window)
 
     from redlease.server import EmbeddedServer, resolve_url  # noqa: PLC0415
 
@@ -120,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
 def _run(url: str, where: str, parts: tuple[str, ...], plan: Plan, args: Any) -> int:
     import redis  # noqa: PLC0415
 
-    from report import assemble, show  # noqa: PLC0415
+    from console import show  # noqa: PLC0415
+    from report import assemble  # noqa: PLC0415
     from stats import rounded  # noqa: PLC0415
 
     admin = redis.Redis.from_url(url)

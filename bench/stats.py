@@ -6,6 +6,9 @@ import math
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 def percentile(values: Sequence[float], fraction: float) -> float | None:
@@ -26,6 +29,18 @@ def spread(values: Sequence[float | None]) -> list[float] | None:
     """``[min, max]`` over the reps, the range a median was taken from."""
     present = [v for v in values if v is not None]
     return [min(present), max(present)] if present else None
+
+
+def with_spread(name: str, values: Sequence[float | None]) -> dict[str, float | list[float] | None]:
+    """``{name: median, name_spread: [min, max]}``: how every figure over reps is kept."""
+    return {name: median(values), f"{name}_spread": spread(values)}
+
+
+def rotated(items: Sequence[T], rep: int) -> list[T]:
+    """``items`` started ``rep`` places later: each rep runs them in another order, so a
+    slow minute of the machine does not always fall on the same one."""
+    shift = rep % len(items) if items else 0
+    return [*items[shift:], *items[:shift]]
 
 
 def ratio(numerator: float | None, denominator: float | None) -> float | None:

@@ -25,7 +25,8 @@ from typing import Any
 
 import redis
 
-from stats import median, ratio, spread
+from plan import Plan
+from stats import median, ratio, rotated, with_spread
 from uncontended import RTT_SCRIPT, Timed, _async_time_loop, evalsha_rtt, time_loop
 
 REDLOCK_MASTERS = 5
@@ -61,16 +62,12 @@ async def _async_redlock_block(
 
 
 def redlock_reps(
-    reps: int,
-    rtt_count: int,
-    count: int,
-    budget_s: float,
-    label: Callable[[str], None],
-    tick: Callable[[], None],
+    plan: Plan, label: Callable[[str], None], tick: Callable[[], None]
 ) -> dict[str, Any]:
     import redlease  # noqa: PLC0415
     from redlease.server import EmbeddedServer  # noqa: PLC0415
 
+    reps, rtt_count, count, budget_s = plan.reps, plan.rtt_ops, plan.cycles, plan.budget_s
     samples: dict[str, list[float]] = {
         name: []
         for name in (
@@ -106,8 +103,7 @@ def redlock_reps(
             label(f"redlock: rep {rep + 1}/{reps}")
             samples["rtt"].append(evalsha_rtt(client, rtt_count, budget_s).us)
             measured: dict[str, Timed] = {}
-            shift = rep % len(SYNC_FLAVOURS)
-            for name in SYNC_FLAVOURS[shift:] + SYNC_FLAVOURS[:shift]:
+            for name in rotated(SYNC_FLAVOURS, rep):
                 locks = clients[name]
                 key = f"rlbench:redlock:{name}"
 
@@ -132,37 +128,28 @@ def redlock_reps(
         "redlock_masters": REDLOCK_MASTERS,
         "redlock_server": version,
         "redlock_rtt_us": median(samples["rtt"]),
-        "redlock_single_cycle_us": median(samples["single"]),
-        "redlock_single_cycle_us_spread": spread(samples["single"]),
-        "redlock3_cycle_us": median(samples["redlock3"]),
-        "redlock3_cycle_us_spread": spread(samples["redlock3"]),
+        **with_spread("redlock_single_cycle_us", samples["single"]),
+        **with_spread("redlock3_cycle_us", samples["redlock3"]),
         "redlock3_ratio": median(samples["ratio3"]),
-        "redlock5_cycle_us": median(samples["redlock5"]),
-        "redlock5_cycle_us_spread": spread(samples["redlock5"]),
+        **with_spread("redlock5_cycle_us", samples["redlock5"]),
         "redlock5_cycle_cpu_us": median(samples["cpu5"]),
-        "redlock5_ratio": median(samples["ratio5"]),
-        "redlock5_ratio_spread": spread(samples["ratio5"]),
+        **with_spread("redlock5_ratio", samples["ratio5"]),
         "redlock5_cycle_rtt": ratio(median(samples["redlock5"]), median(samples["rtt"])),
-        "async_redlock5_cycle_us": median(samples["async5"]),
-        "async_redlock5_cycle_us_spread": spread(samples["async5"]),
+        **with_spread("async_redlock5_cycle_us", samples["async5"]),
         "async_redlock_single_cycle_us": median(samples["async_single"]),
-        "async_redlock5_ratio": median(samples["async_ratio5"]),
+        **with_spread("async_redlock5_ratio", samples["async_ratio5"]),
     }
 
 
 def cluster_reps(
-    reps: int,
-    rtt_count: int,
-    count: int,
-    budget_s: float,
-    label: Callable[[str], None],
-    tick: Callable[[], None],
+    plan: Plan, label: Callable[[str], None], tick: Callable[[], None]
 ) -> dict[str, Any]:
     from redis.cluster import RedisCluster  # noqa: PLC0415
 
     import redlease  # noqa: PLC0415
     from redlease.topology import LocalCluster  # noqa: PLC0415
 
+    reps, rtt_count, count, budget_s = plan.reps, plan.rtt_ops, plan.cycles, plan.budget_s
     names = [f"rlbench:cluster:{index}" for index in range(CLUSTER_NAMES)]
     samples: dict[str, list[float]] = {"rtt": [], "node_rtt": [], "cycle": [], "ratio": []}
     cpu: list[float] = []
@@ -206,9 +193,7 @@ def cluster_reps(
         "cluster_names_per_master": sorted(spread_over.values()),
         "cluster_rtt_us": median(samples["rtt"]),
         "cluster_node_rtt_us": median(samples["node_rtt"]),
-        "cluster_cycle_us": median(samples["cycle"]),
-        "cluster_cycle_us_spread": spread(samples["cycle"]),
+        **with_spread("cluster_cycle_us", samples["cycle"]),
         "cluster_cycle_cpu_us": median(cpu),
-        "cluster_cycle_rtt": median(samples["ratio"]),
-        "cluster_cycle_rtt_spread": spread(samples["ratio"]),
+        **with_spread("cluster_cycle_rtt", samples["ratio"]),
     }

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 import redis
 import redis.asyncio
 
-from counting import client_commands, delta, server_commands
+from counting import client_commands, count_keys, delta, server_commands
 from peers import LEASE_S, Session
-from stats import median, ratio, spread
+from plan import Plan
+from stats import median, ratio, rotated, with_spread
 
 RTT_SCRIPT = "return 1"
 RTT_KEY = "rlbench:rtt"
@@ -75,16 +76,6 @@ def commands_per_cycle(session: Session, key: str, admin: redis.Redis) -> dict[s
         "cycle_server_commands": sum(ran.values()) / COUNTED_CYCLES,
         "cycle_commands_breakdown": {k: v / COUNTED_CYCLES for k, v in sorted(ran.items())},
     }
-
-
-def _count_keys(admin: redis.Redis, pattern: str, limit: int = 1_000_000) -> int:
-    """Keys still on the server after the cycles (e.g. latches that outlive a release)."""
-    found = 0
-    for _ in admin.scan_iter(match=pattern, count=1000):
-        found += 1
-        if found >= limit:
-            break
-    return found
 
 
 ASYNC_LIBRARIES = ("redlease", "redis-py", "pottery", "aioredlock")
@@ -191,9 +182,7 @@ def async_available() -> dict[str, str]:
     return skipped
 
 
-def async_reps(
-    url: str, reps: int, count: int, budget_s: float, tick: Callable[[], None]
-) -> dict[str, object]:
+def async_reps(url: str, plan: Plan, tick: Callable[[], None]) -> dict[str, object]:
     """Sync and asyncio cycles of each library side by side, order rotating per rep.
 
     Per rep and library, the sync cycle (the ``cycle`` part's session) and the asyncio
@@ -208,10 +197,10 @@ def async_reps(
     samples: dict[str, dict[str, list[float]]] = {
         name: {"sync": [], "async": [], "ratio": [], "rtt": [], "cpu": []} for name in names
     }
+    count, budget_s = plan.async_cycles, plan.budget_s
     try:
-        for rep in range(reps):
-            shift = rep % len(names)
-            for name in names[shift:] + names[:shift]:
+        for rep in range(plan.async_reps):
+            for name in rotated(names, rep):
                 if name in skipped:
                     continue
                 try:
@@ -253,12 +242,10 @@ def _async_rep(
 
 def _async_summary(values: dict[str, list[float]]) -> dict[str, object]:
     return {
-        "async_cycle_us": median(values["async"]),
-        "async_cycle_us_spread": spread(values["async"]),
+        **with_spread("async_cycle_us", values["async"]),
         "async_cycle_cpu_us": median(values["cpu"]),
         "async_sync_cycle_us": median(values["sync"]),
-        "async_ratio": median(values["ratio"]),
-        "async_ratio_spread": spread(values["ratio"]),
+        **with_spread("async_ratio", values["ratio"]),
         "async_rtt_us": median(values["rtt"]),
         "async_cycle_rtt": ratio(median(values["async"]), median(values["rtt"])),
     }
@@ -267,10 +254,7 @@ def _async_summary(values: dict[str, list[float]]) -> dict[str, object]:
 def cycle_reps(
     sessions: dict[str, Session],
     admin: redis.Redis,
-    reps: int,
-    rtt_count: int,
-    count: int,
-    budget_s: float,
+    plan: Plan,
     with_cycles: bool,
     tick: Callable[[], None],
 ) -> tuple[list[float], dict[str, dict[str, object]]]:
@@ -283,17 +267,17 @@ def cycle_reps(
     per_library: dict[str, dict[str, list[float]]] = {
         name: {"rtt": [], "cycle": [], "ratio": [], "cpu": [], "rtt_cpu": []} for name in names
     }
-    for rep in range(reps):
-        order = names[rep % len(names) :] + names[: rep % len(names)]
-        for name in order:
+    budget_s = plan.budget_s
+    for rep in range(plan.reps):
+        for name in rotated(names, rep):
             session = sessions[name]
-            reference = evalsha_rtt(session.client, rtt_count, budget_s)
+            reference = evalsha_rtt(session.client, plan.rtt_ops, budget_s)
             rtt = reference.us
             all_rtts.append(rtt)
             per_library[name]["rtt"].append(rtt)
             per_library[name]["rtt_cpu"].append(reference.cpu_us)
             if with_cycles:
-                timed = cycle(session, f"rlbench:cycle:{name}", count, budget_s)
+                timed = cycle(session, f"rlbench:cycle:{name}", plan.cycles, budget_s)
                 per_library[name]["cycle"].append(timed.us)
                 per_library[name]["cpu"].append(timed.cpu_us)
                 per_library[name]["ratio"].append(timed.us / rtt)
@@ -306,17 +290,14 @@ def cycle_reps(
         }
         if with_cycles:
             entry |= {
-                "cycle_us": median(samples["cycle"]),
-                "cycle_us_spread": spread(samples["cycle"]),
-                "cycle_cpu_us": median(samples["cpu"]),
-                "cycle_cpu_us_spread": spread(samples["cpu"]),
-                "cycle_rtt": median(samples["ratio"]),
-                "cycle_rtt_spread": spread(samples["ratio"]),
+                **with_spread("cycle_us", samples["cycle"]),
+                **with_spread("cycle_cpu_us", samples["cpu"]),
+                **with_spread("cycle_rtt", samples["ratio"]),
                 "cycle_over_rtt_of_medians": ratio(
                     median(samples["cycle"]), median(samples["rtt"])
                 ),
             }
             entry |= commands_per_cycle(sessions[name], f"rlbench:cycle:{name}", admin)
-            entry["leftover_keys"] = _count_keys(admin, f"*rlbench:cycle:{name}*")
+            entry["leftover_keys"] = count_keys(admin, f"*rlbench:cycle:{name}*")
         results[name] = entry
     return all_rtts, results
