@@ -161,7 +161,8 @@ class _RedleaseHolder(_Holder):
     def acquire(self, name: str) -> None:
         lock = self.locks.lock(name, ttl=self.ttl_s, renew=True)
         lease = lock.acquire()
-        self.held.append(((lock, lease), lock.keys.lease, lease.token))
+        # the lease key holds "<fence>:<token>" (the fence travels with the lease)
+        self.held.append(((lock, lease), lock.keys.lease, f"{lease.fence}:{lease.token}"))
 
     def release(self, handle: Any) -> int:
         lock, _ = handle
