@@ -638,8 +638,8 @@ class Lock(LeaseHandle["Locks"]):
 class FairLock(Lock):
     """A lock served strictly in arrival order: a free lock goes to the first live waiter.
 
-    A waiter that died, gave up or was cancelled has no subscription left and is skipped
-    (and its queue entry removed) the moment the lock would reach it.
+    A waiter that gave up or was cancelled leaves the queue, and one that died has no
+    connection left: it is skipped (and its entry removed) the moment the lock would reach it.
     """
 
     fair = True
