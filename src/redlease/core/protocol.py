@@ -131,8 +131,8 @@ def acquire_flow(request: AcquireRequest, clock: Clock) -> Flow:
     The waiter's client listens on its channel *before* the waiter joins the queue, so a
     release that picks it always finds it listening, and a release that lands between the
     first try and the queueing is seen by the second try (a client that met contention on
-    this name lately listens first and joins with its first try). A hand-off message means the lease is
-    already ours (the release granted it to our token); every wait is also capped by the
+    this name lately listens first and joins with its first try). A hand-off message means
+    the lease is already ours (the release granted it to our token); every wait is capped by the
     time the current lease can end, since an expiry hands nothing to anybody, and every
     retry puts the waiter back in the queue if a fault dropped it there. A grant is only
     returned while it is alive by its local deadline (a waiter paused while its lease ran
