@@ -22,6 +22,7 @@ import pytest
 import redis
 
 import redlease
+from conftest import subscribed_channels
 from redlease import Lease, ReleaseOutcome
 
 TESTS = Path(__file__).resolve().parent
@@ -41,9 +42,7 @@ async def eventually(condition: Callable[[], object], within: float, every: floa
 
 def listening(server: redis.Redis, prefix: str) -> list[str]:
     """The channels under ``prefix`` someone is subscribed to (sharded or classic)."""
-    pattern = f"{prefix}*"
-    sharded = server.execute_command("PUBSUB", "SHARDCHANNELS", pattern)
-    return sorted(sharded + server.execute_command("PUBSUB", "CHANNELS", pattern))
+    return subscribed_channels(server, f"{prefix}*")
 
 
 def subscriber_connections(server: redis.Redis) -> list[dict[str, Any]]:
