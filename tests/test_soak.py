@@ -29,7 +29,9 @@ from redlease.chaos.soak_checks import (
 from redlease.chaos.soak_worker import SoakSection, read_log
 
 SMALL_SOAK_DEADLINE = 150
-"""Seconds the small soak may run: about 40 on a quiet 2-core machine, 76 at load 13."""
+"""Seconds the small soak may run: 37 on a quiet 2-core machine, 76 beside four CPU hogs
+(load average 9.5). It is bound by throughput, not by a round trip: each fault costs a
+worker seconds of restart on a busy machine."""
 
 
 def _soak(*args: str, timeout: float) -> dict[str, Any]:
