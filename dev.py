@@ -6,7 +6,14 @@
 
 The first run creates ``.venv`` and installs the package with its ``server``, ``hiredis``
 and ``cli`` extras and the ``dev`` group; later runs reuse it (reinstalling when
-``pyproject.toml`` changed). Extra arguments after ``--`` go to the command (pytest or the demo).
+``pyproject.toml`` changed). Every argument after the job goes to the command, the
+demo or pytest, except the test job's own ``--url``; after a ``--`` everything goes
+through as it is, ``--url`` included:
+
+    python3 dev.py demo --no-lock             # redlease demo flash-sale --no-lock
+    python3 dev.py demo --help                # the demo's options
+    python3 dev.py test -x -k fencing         # pytest -x -k fencing
+    python3 dev.py test --url URL -- -x tests/test_lock.py
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import subprocess
 import sys
 import venv
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
@@ -57,12 +65,47 @@ def test(extra: list[str], url: str | None) -> None:
     run(PYTHON, "-m", "pytest", *extra, env=env)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+class Options(NamedTuple):
+    job: str
+    url: str | None
+    extra: list[str]
+
+
+def parse_arguments(argv: list[str]) -> Options:
+    """The job, the test job's ``--url``, and everything else for the command, in order.
+
+    The arguments after the job are not parsed here (the demo's ``--help`` is the demo's),
+    so no option of the demo or of pytest is ever refused as unrecognized.
+    """
+    parser = argparse.ArgumentParser(
+        prog="dev.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("job", choices=["setup", "demo", "test"])
-    parser.add_argument("--url", help="run the tests against this server instead of a private one")
-    parser.add_argument("extra", nargs="*", help="arguments passed on (after --)")
-    options = parser.parse_args()
+    if not argv or argv[0].startswith("-"):
+        parser.parse_args(argv)  # dev.py's own --help, or its usage error
+    job: str = parser.parse_args(argv[:1]).job
+    rest = argv[1:]
+    if job == "setup" and rest:
+        parser.error(f"setup takes no arguments, got {' '.join(rest)}")
+    if job != "test":
+        return Options(job, None, _after_separator(rest))
+    url_parser = argparse.ArgumentParser(prog="dev.py test", add_help=False, allow_abbrev=False)
+    url_parser.add_argument("--url", help="run the tests against this server")
+    cut = rest.index("--") if "--" in rest else len(rest)
+    known, others = url_parser.parse_known_args(rest[:cut])
+    return Options(job, known.url, others + rest[cut + 1 :])
+
+
+def _after_separator(rest: list[str]) -> list[str]:
+    """Drop the first ``--``: it only marks where the command's arguments begin."""
+    if "--" not in rest:
+        return rest
+    cut = rest.index("--")
+    return rest[:cut] + rest[cut + 1 :]
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = parse_arguments(sys.argv[1:] if argv is None else argv)
     try:
         setup()
         if options.job == "demo":

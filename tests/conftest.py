@@ -18,7 +18,7 @@ import functools
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -29,6 +29,7 @@ import redis
 import redlease
 from redlease.core.base import Owner
 from redlease.core.lease import Lease
+from redlease.server import EmbeddedServer
 
 
 class SyncLockAdapter:
@@ -89,6 +90,9 @@ class SyncLocksAdapter:
 
     def lock(self, name: str, **options: Any) -> SyncLockAdapter:
         return SyncLockAdapter(self, self.locks.lock(name, **options))
+
+    def fair_lock(self, name: str, **options: Any) -> SyncLockAdapter:
+        return SyncLockAdapter(self, self.locks.fair_lock(name, **options))
 
     async def aclose(self) -> None:
         await self.run(self.locks.close)
@@ -277,3 +281,33 @@ def server(redlease_url: str) -> redis.Redis:
     client = redis.Redis.from_url(redlease_url, decode_responses=True)
     yield client
     client.close()
+
+
+class Pair:
+    """A master and one replica, each with a plain client for looking behind our back."""
+
+    def __init__(self, master: EmbeddedServer, replica: EmbeddedServer) -> None:
+        self.master = master
+        self.replica = replica
+        self.on_master = redis.Redis(port=master.port, decode_responses=True)
+        self.on_replica = redis.Redis(port=replica.port, decode_responses=True)
+
+
+@pytest.fixture
+def pair(redlease_servers_factory) -> Iterator[Pair]:
+    (master,) = redlease_servers_factory(1, "--repl-diskless-sync-delay", "0")
+    replica = EmbeddedServer(args=["--replicaof", "127.0.0.1", str(master.port)])
+    replica.start()
+    servers = Pair(master, replica)
+    try:
+        deadline = time.monotonic() + 10
+        while servers.on_replica.info("replication").get("master_link_status") != "up" or (
+            "online" not in str(servers.on_master.info("replication").get("slave0", ""))
+        ):
+            assert time.monotonic() < deadline, "the replica never synced"
+            time.sleep(0.02)
+        yield servers
+    finally:
+        servers.on_master.close()
+        servers.on_replica.close()
+        replica.stop()

@@ -22,7 +22,9 @@ Roles (each prints its progress lines, flushed, and exits 0 unless said otherwis
                ``<pid> <enter> <exit> <name>=<fence> ...`` to ``--log``.
 
 The asyncio and sync flavours run the same code: :func:`settle` awaits what the asyncio
-flavour returns and passes through what the sync one already computed.
+flavour returns and passes through what the sync one already computed, and :func:`nap`
+sleeps the flavour's way. The sync flavour runs outside any event loop (as a sync program
+does): its coroutines never suspend, so :func:`run_to_end` drives them in one step.
 """
 
 from __future__ import annotations
@@ -50,6 +52,26 @@ async def settle(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
 
+SYNC = {"flavor": "sync"}
+
+
+async def nap(seconds: float) -> None:
+    if SYNC["flavor"] == "sync":
+        time.sleep(seconds)  # noqa: ASYNC251 - the sync flavour runs without a loop
+    else:
+        await asyncio.sleep(seconds)
+
+
+def run_to_end(coroutine: Any) -> Any:
+    """Run a coroutine that never suspends (the sync flavour's) without an event loop."""
+    try:
+        coroutine.send(None)
+    except StopIteration as finished:
+        return finished.value
+    coroutine.close()
+    raise RuntimeError("the sync flavour's scenario suspended")
+
+
 def append(path: str, line: str) -> None:
     with open(path, "a", encoding="utf-8") as log:
         log.write(line + "\n")
@@ -65,7 +87,7 @@ async def wait_for_fair_turn(locks: Any, options: argparse.Namespace) -> int:
         return 2
     acquired = time.time()
     say(f"ACQUIRED {lease.fence}")
-    await asyncio.sleep(options.hold)
+    await nap(options.hold)
     released = time.time()
     append(options.log, f"{options.label} {lease.fence} {acquired:.6f} {released:.6f}")
     await settle(lock.release())
@@ -76,7 +98,7 @@ async def hold_read_until_killed(locks: Any, options: argparse.Namespace) -> int
     rw = locks.rw_lock(options.name, ttl=options.ttl)
     lease = await settle(rw.read.acquire(timeout=options.timeout))
     say(f"ACQUIRED {lease.fence}")
-    await asyncio.sleep(3600)
+    await nap(3600)
     return 0
 
 
@@ -85,7 +107,7 @@ async def wait_to_write(locks: Any, options: argparse.Namespace) -> int:
     say("WAITING")
     lease = await settle(rw.write.acquire(timeout=options.timeout))
     say(f"ACQUIRED {lease.fence}")
-    await asyncio.sleep(3600)
+    await nap(3600)
     return 0
 
 
@@ -94,7 +116,7 @@ async def read_in_a_loop(locks: Any, options: argparse.Namespace) -> int:
     loops = 0
     while not stopped(options.stop):
         await settle(rw.read.acquire(timeout=options.timeout))
-        await asyncio.sleep(options.hold)
+        await nap(options.hold)
         await settle(rw.read.release())
         loops += 1
         if loops == 1:
@@ -107,7 +129,7 @@ async def hold_permit_until_killed(locks: Any, options: argparse.Namespace) -> i
     semaphore = locks.semaphore(options.name, permits=options.permits, ttl=options.ttl)
     lease = await settle(semaphore.acquire(timeout=options.timeout))
     say(f"ACQUIRED {lease.fence}")
-    await asyncio.sleep(3600)
+    await nap(3600)
     return 0
 
 
@@ -124,7 +146,7 @@ async def take_all_in_a_loop(locks: Any, options: argparse.Namespace) -> int:
     for _ in range(options.loops):
         held = await settle(multi.acquire(timeout=options.timeout))
         entered = time.time()
-        await asyncio.sleep(options.hold)
+        await nap(options.hold)
         fences = " ".join(f"{name}={fence}" for name, fence in held.fences.items())
         append(options.log, f"{os.getpid()} {entered:.6f} {time.time():.6f} {fences}")
         await settle(multi.release())
@@ -143,12 +165,14 @@ ROLES = {
 }
 
 
-async def run(options: argparse.Namespace) -> int:
-    if options.flavor == "async":
-        async with redlease.AsyncLocks(options.url, prefix=options.prefix) as locks:
-            return await ROLES[options.role](locks, options)
+async def run_async(options: argparse.Namespace) -> int:
+    async with redlease.AsyncLocks(options.url, prefix=options.prefix) as locks:
+        return int(await ROLES[options.role](locks, options))
+
+
+def run_sync(options: argparse.Namespace) -> int:
     with redlease.Locks(options.url, prefix=options.prefix) as sync_locks:
-        return await ROLES[options.role](sync_locks, options)
+        return int(run_to_end(ROLES[options.role](sync_locks, options)))
 
 
 def main(argv: list[str]) -> int:
@@ -166,7 +190,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--label", default=str(os.getpid()))
     parser.add_argument("--log", default=os.devnull)
     parser.add_argument("--stop", default="")
-    return asyncio.run(run(parser.parse_args(argv)))
+    options = parser.parse_args(argv)
+    SYNC["flavor"] = options.flavor
+    if options.flavor == "async":
+        return asyncio.run(run_async(options))
+    return run_sync(options)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """A waiter in its own process that reports how long it believes its new lease lasts.
 
-    python tests/proc_waiter.py URL PREFIX NAME --flavor sync|async --ttl S
+    python tests/proc_waiter.py URL PREFIX NAME --flavor sync|async --ttl S [--fair]
 
 Prints ``WAITING`` just before it asks for the lock (waiting up to 30 s), then, as soon
 as it has the lease, ``ACQUIRED <fence> <local_ms> <server_ms>``: the time left before
@@ -29,7 +29,8 @@ def report(lease: redlease.Lease, server_ms: int) -> None:
 
 def run_sync(options: argparse.Namespace) -> int:
     with redlease.Locks(options.url, prefix=options.prefix) as locks:
-        lock = locks.lock(options.name, ttl=options.ttl, renew=False)
+        make = locks.fair_lock if options.fair else locks.lock
+        lock = make(options.name, ttl=options.ttl, renew=False)
         say("WAITING")
         try:
             lease = lock.acquire(timeout=30)
@@ -43,7 +44,8 @@ def run_sync(options: argparse.Namespace) -> int:
 
 async def run_async(options: argparse.Namespace) -> int:
     async with redlease.AsyncLocks(options.url, prefix=options.prefix) as locks:
-        lock = locks.lock(options.name, ttl=options.ttl, renew=False)
+        make = locks.fair_lock if options.fair else locks.lock
+        lock = make(options.name, ttl=options.ttl, renew=False)
         say("WAITING")
         try:
             lease = await lock.acquire(timeout=30)
@@ -62,6 +64,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("name")
     parser.add_argument("--flavor", choices=["sync", "async"], default="sync")
     parser.add_argument("--ttl", type=float, default=5.0)
+    parser.add_argument("--fair", action="store_true")
     options = parser.parse_args(argv)
     if options.flavor == "async":
         return asyncio.run(run_async(options))

@@ -8,7 +8,9 @@ of its own, so the listings hold only what the test put there.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -37,6 +39,27 @@ def run_cli(*args: str, url: str | None) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=RUN_TIMEOUT,
     )
+
+
+def run_into_closed_pipe(*args: str, url: str | None) -> subprocess.CompletedProcess[str]:
+    """Run with stdout a pipe whose reader is gone, as ``redlease ls | head -1`` ends up."""
+    env = {key: value for key, value in os.environ.items() if key != "REDIS_URL"}
+    if url is not None:
+        env["REDIS_URL"] = url
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "redlease", *args],
+            env=env,
+            stdout=writer,
+            stderr=subprocess.PIPE,
+            check=False,
+            text=True,
+            timeout=RUN_TIMEOUT,
+        )
+    finally:
+        os.close(writer)
 
 
 def last_json(completed: subprocess.CompletedProcess[str]) -> object:
@@ -101,7 +124,7 @@ def test_ls_pattern_and_table_show_only_matching_names(redlease_url, prefix, loc
     assert table.returncode == 0, table.stderr
     assert "report:daily" in table.stdout
     assert "backup" in table.stdout
-    assert f"pid {os.getpid()}" in table.stdout
+    assert f"{socket.gethostname()}:{os.getpid()}" in table.stdout
 
 
 def test_show_tells_the_waiters_and_a_free_lock(redlease_url, prefix, locks):
@@ -129,12 +152,12 @@ def test_release_needs_force_and_then_evicts_the_holder_but_keeps_the_fence(
 
     refused = run_cli("release", "stuck", "--prefix", prefix, url=redlease_url)
     assert refused.returncode == 64
-    assert f"pid {os.getpid()}" in refused.stderr
+    assert f"{socket.gethostname()}:{os.getpid()}" in refused.stderr
     assert lock.owned()
 
     forced = run_cli("release", "stuck", "--force", "--prefix", prefix, url=redlease_url)
     assert forced.returncode == 0, forced.stderr
-    assert f"pid {os.getpid()}" in forced.stdout
+    assert f"{socket.gethostname()}:{os.getpid()}" in forced.stdout
     assert "fence counter" in forced.stdout
 
     with redlease.Locks(redlease_url, prefix=prefix) as other:
@@ -215,3 +238,85 @@ def test_ls_finds_locks_on_every_master_of_a_cluster(redlease_cluster, prefix):
         }
         for name in names:
             locks.lock(name).release()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param(["ls"], id="ls"),
+        pytest.param(["ls", "--json"], id="ls-json"),
+        pytest.param(["show", "held"], id="show"),
+        pytest.param(["show", "held", "--json"], id="show-json"),
+        pytest.param(["release", "free", "--force"], id="release"),
+        pytest.param(["top", "--once", "--interval", "0.1"], id="top"),
+        pytest.param(["--help"], id="help"),
+        pytest.param(["run", "--help"], id="run-help"),
+        pytest.param(["server"], id="server"),
+        pytest.param(["demo", "one-order", "--workers", "2", "--attempts", "2"], id="demo"),
+    ],
+)
+def test_a_closed_pipe_ends_every_command_quietly_like_coreutils(redlease_url, prefix, locks, args):
+    locks.lock("held").acquire()
+    extra = ["--prefix", prefix] if args[0] in ("ls", "show", "release", "top") else []
+
+    completed = run_into_closed_pipe(*args, *extra, url=redlease_url)
+
+    assert completed.stderr.strip() == ""  # no traceback, no "Exception ignored"
+    if "--help" in args:
+        assert completed.returncode == 0  # argparse itself ignores a closed pipe
+    else:
+        assert completed.returncode == 128 + signal.SIGPIPE  # what a shell sees of `seq | head`
+
+
+def test_show_piped_into_head_prints_no_traceback(redlease_url, prefix, locks):
+    locks.lock("nightly").acquire()
+    command = " ".join(
+        [sys.executable, "-m", "redlease", "show", "nightly", "--prefix", prefix, "| head -2"]
+    )
+
+    completed = subprocess.run(
+        ["sh", "-c", command],
+        env=dict(os.environ, REDIS_URL=redlease_url),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=RUN_TIMEOUT,
+    )
+
+    assert completed.returncode == 0
+    assert len(completed.stdout.splitlines()) == 2
+    assert completed.stderr == ""
+
+
+def test_ls_and_show_label_holders_readably(redlease_url, prefix, locks):
+    locks.lock("by-thread").acquire()
+    locks.lock("by-object", owner=object()).acquire()
+    locks.lock("by-name", owner="worker-7|blue").acquire()
+
+    table = run_cli("ls", "--prefix", prefix, url=redlease_url)
+    listed = last_json(run_cli("ls", "--json", "--prefix", prefix, url=redlease_url))
+    shown = run_cli("show", "by-object", "--prefix", prefix, url=redlease_url)
+
+    assert table.returncode == 0, table.stderr
+    here = f"{socket.gethostname()}:{os.getpid()}"
+    assert f"{here} thread MainThread" in table.stdout
+    assert f"{here} owner worker-7|blue" in table.stdout
+    assert "object at 0x" not in table.stdout + shown.stdout
+    assert re.search(rf"{re.escape(here)} owner object#[0-9a-f]{{6}}", shown.stdout)
+    assert isinstance(listed, list)
+    by_name = {entry["name"]: entry["holders"][0] for entry in listed}
+    assert by_name["by-name"]["thread"] == "owner worker-7|blue"
+    assert by_name["by-name"]["pid"] == os.getpid()
+
+
+def test_main_in_process_leaves_the_callers_logging_as_it_was(redlease_url, prefix, capsys):
+    from redlease.cli import main  # noqa: PLC0415
+
+    logger = logging.getLogger("redlease")
+    before = (list(logger.handlers), logger.propagate)
+
+    code = main(["release", "idle", "--force", "--prefix", prefix, "--url", redlease_url])
+
+    assert code == 0
+    assert "nothing removed" in capsys.readouterr().out
+    assert (list(logger.handlers), logger.propagate) == before

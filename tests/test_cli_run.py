@@ -138,30 +138,78 @@ def test_command_sees_the_lease_and_the_fence_grows_between_runs(redlease_url, n
         assert not client.exists(f"redlease:{{{name}}}")  # released after each run
 
 
-def test_a_held_lock_is_a_conflict_that_exits_1_or_the_chosen_code(redlease_url, name, held):
+def test_a_held_lock_is_a_quiet_conflict_that_exits_1_or_the_chosen_code(redlease_url, name, held):
     plain = run_cli("run", name, "--nonblock", "--", *python("print('ran')"), url=redlease_url)
     chosen = run_cli(
         "run", name, "-n", "--conflict-exit-code", "99", "--", "true", url=redlease_url
     )
 
     assert plain.returncode == 1
-    assert "ran" not in plain.stdout
-    assert "held by another owner" in plain.stderr
+    assert plain.stdout == plain.stderr == ""  # as quiet as flock -n: cron mails nothing
     assert chosen.returncode == 99
+    assert chosen.stdout == chosen.stderr == ""
+
+
+def test_verbose_says_why_the_lock_could_not_be_had(redlease_url, name, held):
+    completed = run_cli("run", name, "-n", "--verbose", "--", "true", url=redlease_url)
+
+    assert completed.returncode == 1
+    assert "held by another owner" in completed.stderr
+
+
+def test_verbose_says_when_the_lock_was_had(redlease_url, name):
+    completed = run_cli("run", name, "-v", "--", "true", url=redlease_url)
+
+    assert completed.returncode == 0, completed.stderr
+    assert f"got the lock {name!r} (fence 1)" in completed.stderr
 
 
 def test_nonblock_fails_at_once_and_wait_gives_up_after_its_time(redlease_url, name, held):
-    started = time.monotonic()
-    nonblock = run_cli("run", name, "-n", "--", "true", url=redlease_url)
-    nonblock_took = time.monotonic() - started
+    nonblock = run_cli("run", name, "-n", "-v", "--", "true", url=redlease_url)
     started = time.monotonic()
     waited = run_cli("run", name, "--wait", "0.5", "--", "true", url=redlease_url)
     wait_took = time.monotonic() - started
+    told = run_cli("run", name, "--wait", "0.5", "-v", "--", "true", url=redlease_url)
 
-    assert nonblock.returncode == waited.returncode == 1
+    assert nonblock.returncode == waited.returncode == told.returncode == 1
+    assert "after" not in nonblock.stderr  # one try, no wait
     assert wait_took >= 0.5
-    assert wait_took > nonblock_took + 0.3
-    assert "after 0.5 s" in waited.stderr
+    assert waited.stderr == ""
+    assert "after 0.5 s" in told.stderr
+
+
+def test_the_command_needs_no_dashes_and_options_after_the_name_still_count(
+    redlease_url, name, held
+):
+    ran = run_cli("run", f"{name}-free", *python("print('ran', 7)"), url=redlease_url)
+    conflict = run_cli("run", name, "-n", "-E", "3", *python("print('ran')"), url=redlease_url)
+    attached = run_cli("run", name, "--wait=0.2", "-E7", "true", url=redlease_url)
+    its_own_options = run_cli(
+        "run", f"{name}-free", "--ttl", "5", "sh", "-c", "echo $0 -n", "-v", url=redlease_url
+    )
+
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "ran 7"
+    assert conflict.returncode == 3
+    assert attached.returncode == 7
+    assert its_own_options.returncode == 0, its_own_options.stderr
+    assert its_own_options.stdout.strip() == "-v -n"  # everything after CMD is CMD's
+
+
+def test_dash_c_runs_a_shell_command_like_flock(redlease_url, name):
+    completed = run_cli(
+        "run", name, "-c", 'echo "$REDLEASE_NAME $REDLEASE_FENCE"; exit 4', url=redlease_url
+    )
+
+    assert completed.returncode == 4, completed.stderr
+    assert completed.stdout.strip() == f"{name} 1"
+
+
+def test_dash_c_and_a_command_together_are_a_usage_mistake(redlease_url, name):
+    completed = run_cli("run", name, "-c", "true", "--", "false", url=redlease_url)
+
+    assert completed.returncode == 64
+    assert "-c" in completed.stderr
 
 
 def test_a_waiting_run_starts_as_soon_as_the_lock_is_released(redlease_url, name, tmp_path):
@@ -228,7 +276,9 @@ time.sleep(30)
 
     assert status == 75
     assert terminated.exists()
-    assert "lost the lease" in stderr
+    [line] = stderr.splitlines()  # one line, not the library's warning and two of ours
+    assert "lost the lease" in line
+    assert "75" in line
 
 
 def test_a_command_deaf_to_sigterm_is_killed_after_the_grace(redlease_url, name, tmp_path):
@@ -309,7 +359,8 @@ def test_a_command_that_does_not_exist_exits_127(redlease_url, name):
     [
         pytest.param(["run", "orders"], id="no-command"),
         pytest.param(["run", "orders", "--"], id="empty-command"),
-        pytest.param(["run", "orders", "true"], id="command-without-dashes"),
+        pytest.param(["run", "orders", "-c"], id="dash-c-without-its-command"),
+        pytest.param(["run", "-n"], id="no-name"),
         pytest.param(["run", "orders", "-n", "-w", "1", "--", "true"], id="nonblock-and-wait"),
         pytest.param(["run", "orders", "--wait", "soon", "--", "true"], id="bad-wait"),
         pytest.param(["run", "orders", "-E", "256", "--", "true"], id="exit-code-range"),
@@ -322,3 +373,16 @@ def test_usage_mistakes_exit_64(redlease_url, args):
 
     assert completed.returncode == 64
     assert "Traceback" not in completed.stderr
+
+
+def test_a_lease_lost_at_release_is_one_line_too(redlease_url, name):
+    delete_my_lease = (
+        "import os, redis; redis.Redis.from_url(os.environ['REDIS_URL'])"
+        ".delete('redlease:{' + os.environ['REDLEASE_NAME'] + '}')"
+    )
+
+    completed = run_cli("run", name, "--", *python(delete_my_lease), url=redlease_url)
+
+    assert completed.returncode == 75
+    [line] = completed.stderr.splitlines()
+    assert "was lost while the command ran" in line

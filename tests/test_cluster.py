@@ -217,11 +217,11 @@ async def test_two_hundred_renewing_leases_renew_in_few_round_trips(
     assert set(outcomes) == {ReleaseOutcome.RELEASED}
 
 
-def multi_lock(locks: Any, names: list[str]) -> Any:
+def multi_lock(locks: Any, names: list[str], **options: Any) -> Any:
     """The flavour's multi-lock (the sync one is driven through :func:`on_client`)."""
     if isinstance(locks, redlease.AsyncLocks):
-        return locks.multi_lock(names)
-    return locks.locks.multi_lock(names)
+        return locks.multi_lock(names, **options)
+    return locks.locks.multi_lock(names, **options)
 
 
 def two_names_in_different_slots(cluster: LocalCluster, prefix: str) -> tuple[str, str]:
@@ -355,3 +355,100 @@ async def test_clients_recover_after_their_slots_master_crashes(
     finally:
         crashed.restart()
         await asyncio.to_thread(cluster.wait_until_ok, 20)
+
+
+async def test_a_multi_lock_keeps_the_parts_it_holds_alive_while_it_waits_for_the_rest(
+    make_cluster_locks, cluster, prefix
+):
+    locks, rival, thief = [await make_cluster_locks() for _ in range(3)]
+    first, second = sorted(two_names_in_different_slots(cluster, prefix))  # taken in this order
+    await rival.lock(second, ttl=30).acquire()
+    multi = multi_lock(locks, [first, second], ttl=2, owner="multi")
+    pending = asyncio.create_task(on_client(locks, lambda: multi.acquire(timeout=15)))
+    assert await eventually(lambda: value_on_master(cluster, f"{prefix}:{{{first}}}"), 5)
+    stolen = None
+    deadline = time.monotonic() + 3.5  # well past the parts' 2 s TTL
+    while time.monotonic() < deadline and stolen is None:
+        stolen = await thief.lock(first, ttl=30).try_acquire()
+        await asyncio.sleep(0.05)
+    await rival.lock(second).release()
+    held = await pending
+    assert stolen is None, "the part taken first expired while the multi-lock waited"
+    tokens = {lease.name: lease.token for lease in held.leases}
+    assert value_on_master(cluster, f"{prefix}:{{{first}}}") == tokens[first]
+    assert value_on_master(cluster, f"{prefix}:{{{second}}}") == tokens[second]
+    assert await on_client(locks, multi.release) is ReleaseOutcome.RELEASED
+
+
+def two_names_in_one_slot(prefix: str) -> tuple[str, str]:
+    """Two lock names whose keys hash to the same cluster slot."""
+    seen: dict[int, str] = {}
+    number = 0
+    while True:
+        name = f"same-{number}"
+        number += 1
+        slot = key_slot(f"{prefix}:{{{name}}}".encode())
+        if slot in seen:
+            return seen[slot], name
+        seen[slot] = name
+
+
+async def test_a_multi_lock_whose_names_share_a_slot_is_taken_in_one_script(
+    make_cluster_locks, cluster, prefix
+):
+    locks = await make_cluster_locks()
+    first, second = two_names_in_one_slot(prefix)
+    node = cluster.master_for_key(f"{prefix}:{{{first}}}")
+    seen: list[str] = []
+    stop = asyncio.Event()
+
+    def watch() -> None:
+        with node_client(node) as client, client.monitor() as monitor:
+            for event in monitor.listen():
+                seen.append(event["command"])
+                if "PING" in event["command"] and stop.is_set():
+                    return
+
+    watcher = asyncio.create_task(asyncio.to_thread(watch))
+    await asyncio.sleep(0.2)
+    multi = multi_lock(locks, [first, second])
+    held = await on_client(locks, lambda: multi.acquire(timeout=5))
+    await on_client(locks, multi.release)
+    stop.set()
+    with node_client(node) as client:
+        client.ping()
+    await asyncio.wait_for(watcher, 10)
+    scripts = [command for command in seen if "EVALSHA" in command.upper()]
+    assert any(redlease_multi_sha() in command for command in scripts), scripts
+    assert len(held.fences) == 2
+
+
+def redlease_multi_sha() -> str:
+    from redlease.scripts import ScriptName  # noqa: PLC0415
+
+    return ScriptName.MULTI_ACQUIRE.sha
+
+
+async def test_a_cluster_node_url_without_cluster_true_is_followed(cluster, prefix, flavor):
+    names = names_on_every_master(cluster, prefix, per_master=1)
+    if flavor == "async":
+        locks: Any = redlease.AsyncLocks(cluster.url, prefix=prefix)
+        leases = [await locks.lock(name, ttl=10).acquire() for name in names]
+        for name in names:
+            await locks.lock(name).release()
+        await locks.aclose()
+    else:
+        sync_locks = redlease.Locks(cluster.url, prefix=prefix)
+        leases = await asyncio.to_thread(
+            lambda: [sync_locks.lock(name, ttl=10).acquire() for name in names]
+        )
+        await asyncio.to_thread(lambda: [sync_locks.lock(n).release() for n in names])
+        sync_locks.close()
+    assert [lease.fence for lease in leases] == [1] * len(names)
+
+
+def test_a_plain_client_on_a_cluster_node_gets_a_clear_error(cluster, prefix):
+    node = cluster.masters()[0]
+    with redlease.Locks(redis.Redis(port=node.port), prefix=prefix) as locks:
+        with pytest.raises(redlease.InvalidArgument, match="cluster=True"):
+            locks.lock("anything").acquire(timeout=0)

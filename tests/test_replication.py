@@ -8,50 +8,17 @@ long that takes; and a lock's own ``replicas=`` overrides the client's.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
-import redis
 
 from conftest import allowing
 from redlease import NotReplicated, ReleaseOutcome
-from redlease.server import EmbeddedServer
 
 pytestmark = pytest.mark.timeout(30)
 
 REPLICA_TIMEOUT = 0.3
 """On a quiet machine; ten round trips when longer, so a grant that waits for no replica
 (one round trip) still takes clearly less."""
-
-
-class Pair:
-    """A master and one replica, each with a plain client for looking behind our back."""
-
-    def __init__(self, master: EmbeddedServer, replica: EmbeddedServer) -> None:
-        self.master = master
-        self.replica = replica
-        self.on_master = redis.Redis(port=master.port, decode_responses=True)
-        self.on_replica = redis.Redis(port=replica.port, decode_responses=True)
-
-
-@pytest.fixture
-def pair(redlease_servers_factory) -> Iterator[Pair]:
-    (master,) = redlease_servers_factory(1, "--repl-diskless-sync-delay", "0")
-    replica = EmbeddedServer(args=["--replicaof", "127.0.0.1", str(master.port)])
-    replica.start()
-    servers = Pair(master, replica)
-    try:
-        deadline = time.monotonic() + 10
-        while servers.on_replica.info("replication").get("master_link_status") != "up" or (
-            "online" not in str(servers.on_master.info("replication").get("slave0", ""))
-        ):
-            assert time.monotonic() < deadline, "the replica never synced"
-            time.sleep(0.02)
-        yield servers
-    finally:
-        servers.on_master.close()
-        servers.on_replica.close()
-        replica.stop()
 
 
 async def test_grant_is_on_the_replica_when_acquire_returns(make_locks, pair, prefix):

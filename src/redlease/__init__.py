@@ -11,6 +11,8 @@ The asyncio twin is :class:`AsyncLocks` (``async with alocks.lock(...)``).
 
 from __future__ import annotations
 
+import logging
+
 from redlease.aio.family import (
     AsyncCountDownLatch,
     AsyncMultiLock,
@@ -54,6 +56,10 @@ from redlease.sync.lock import FairLock, Lock, Locks
 from redlease.sync.redlock import Redlock, RedlockLock
 
 __version__ = "0.1.0"
+
+logging.getLogger("redlease").addHandler(logging.NullHandler())
+"""A library speaks only when the application configured logging (lost leases, expired
+releases and eviction warnings then go where the application sends warnings)."""
 
 __all__ = [
     "DEFAULT_TTL",

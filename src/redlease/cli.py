@@ -4,8 +4,9 @@ This module only parses and dispatches: each subcommand is registered by a small
 ``register`` function, and the work lives elsewhere (the lock tools in
 :mod:`redlease.commands`, demos in :mod:`redlease.demos`). Failures become sysexits codes
 and one line on stderr, never a traceback: 64 for a usage mistake, 69 when no server can
-be reached or started, 70 when a run cannot finish. ``redlease run`` adds flock(1)'s
-codes: the command's own status, 1 for a conflict and 75 for a lease lost meanwhile.
+be reached or started, 70 when a run cannot finish, 141 when the reader of stdout went
+away. ``redlease run`` adds flock(1)'s codes: the command's own status, 1 for a conflict
+and 75 for a lease lost meanwhile. Library warnings print as one ``redlease: …`` line.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from typing import NoReturn
 import redis
 
 from redlease import __version__
-from redlease.commands import chaos, ls, release, run, server
+from redlease.commands import chaos, ls, output, release, run, server, top
+from redlease.commands.command_line import split_command
 from redlease.commands.common import ExitCode, UsageError
 from redlease.demos import DEMOS
 from redlease.demos.base import DemoFailed
@@ -44,12 +46,17 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    return _build()[0]
+
+
+def _build() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """The command's parser, and ``run``'s, which decides where a command line starts."""
     parser = _Parser(
         prog=PROG,
         description="Distributed locks on Redis and Valkey: demos and tools.",
-        epilog="exit status: 64 usage, 69 server unreachable, 70 internal failure; "
-        "`redlease run` also passes its command's status through, exits 1 on a conflict "
-        "and 75 when the lease was lost",
+        epilog="exit status: 64 usage, 69 server unreachable, 70 internal failure, 141 the "
+        "reader of stdout went away; `redlease run` also passes its command's status "
+        "through, exits 1 on a conflict and 75 when the lease was lost",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -58,10 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--url",
         help="Redis/Valkey URL (default: $REDIS_URL, else a private server for this run)",
     )
-    for command in (run, ls, release, server, chaos):
+    run_parser = run.register(commands)
+    for command in (ls, top, release, server, chaos):
         command.register(commands)
     _add_demo(commands, connection)
-    return parser
+    return parser, run_parser
 
 
 def _add_demo(commands: argparse._SubParsersAction[_Parser], connection: _Parser) -> None:
@@ -81,21 +89,43 @@ def _add_demo(commands: argparse._SubParsersAction[_Parser], connection: _Parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line ``argv`` (default: ``sys.argv[1:]``) and return the exit code."""
-    parser = build_parser()
-    options, command = _split_command(sys.argv[1:] if argv is None else list(argv))
+    """Run the command line ``argv`` (default: ``sys.argv[1:]``) and return the exit code.
+
+    A reader of stdout that went away (``redlease ls | head -1``) ends any command the way
+    it ends coreutils: quietly, with 141 (128 + SIGPIPE), never a traceback.
+    """
+    stdout_before = output.stdout_identity()
+    try:
+        code = _main(sys.argv[1:] if argv is None else list(argv))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return output.quiet_broken_pipe()
+    except SystemExit:
+        if output.rich_gave_up_on_stdout(stdout_before):
+            return output.BROKEN_PIPE_EXIT
+        raise
+    return code
+
+
+def _main(argv: list[str]) -> int:
+    parser, run_parser = _build()
+    options, command = _split_command(argv, run_parser)
     try:
         args = parser.parse_args(options)
         if command is not None and not getattr(args, "takes_command", False):
             parser.error("unexpected arguments after --")
     except SystemExit as exit_:
-        return exit_.code if isinstance(exit_.code, int) else ExitCode.USAGE
+        if exit_.code not in (0, None):
+            return exit_.code if isinstance(exit_.code, int) else ExitCode.USAGE
+        sys.stdout.flush()  # --help into a closed pipe must fail here, inside main
+        return ExitCode.OK
     args.child_command = command
     handler = getattr(args, "handler", None)
     if handler is None:
         (getattr(args, "parser", None) or parser).print_help(sys.stderr)
         return ExitCode.USAGE
-    return _dispatch(handler, args)
+    with output.log_handler_installed():
+        return _dispatch(handler, args)
 
 
 def _dispatch(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
@@ -106,18 +136,26 @@ def _dispatch(handler: Callable[[argparse.Namespace], int], args: argparse.Names
         return _fail(ExitCode.USAGE, str(error))
     except (ServerUnavailable, ServerNotFound, redis.ConnectionError) as error:
         return _fail(ExitCode.UNAVAILABLE, f"server unavailable: {error}")
-    except (DemoFailed, LockError) as error:
+    except (DemoFailed, LockError, redis.RedisError) as error:
         return _fail(ExitCode.SOFTWARE, str(error))
     except KeyboardInterrupt:
         return _fail(ExitCode.INTERRUPTED, "interrupted")
 
 
-def _split_command(argv: list[str]) -> tuple[list[str], list[str] | None]:
-    """Options before the first ``--``, and the command after it (None without ``--``).
+def _split_command(
+    argv: list[str], run_parser: argparse.ArgumentParser
+) -> tuple[list[str], list[str] | None]:
+    """The options to parse, and the command to run (None when there is none).
 
-    argparse's REMAINDER is quirky with subcommands, so the command is cut off here and
-    never parsed: ``redlease run NAME -- ls -l`` runs ``ls -l`` as written.
+    ``redlease run`` follows flock(1): the command starts at ``--`` or at the first word
+    after NAME that is not an option (see :func:`redlease.commands.command_line.split_command`).
+    Other subcommands take no command; one after ``--`` is a usage mistake. argparse's
+    REMAINDER is quirky with subcommands, so the command is cut off here and never parsed.
     """
+    first_word = next((index for index, word in enumerate(argv) if not word.startswith("-")), None)
+    if first_word is not None and argv[first_word] == "run" and "--" not in argv[:first_word]:
+        options, command = split_command(argv[first_word + 1 :], run_parser)
+        return argv[: first_word + 1] + options, command
     if "--" not in argv:
         return argv, None
     cut = argv.index("--")

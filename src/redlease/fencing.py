@@ -32,8 +32,15 @@ import redis.asyncio
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
-from redis.exceptions import NoScriptError, RedisClusterException, ResponseError
 
+from redlease.compat import (
+    AsyncClusterClients,
+    ClusterClients,
+    ClusterErrors,
+    NoScriptErrors,
+    ResponseErrors,
+    check_client,
+)
 from redlease.errors import (
     FenceRejected,
     InvalidArgument,
@@ -106,7 +113,7 @@ class FencedWrite:
         """Turn a cross-slot refusal (from the server or a cluster client) into advice."""
         try:
             yield
-        except (ResponseError, RedisClusterException) as error:
+        except (*ResponseErrors, *ClusterErrors) as error:
             message = str(error)
             if "CROSSSLOT" in message or "same key slot" in message:
                 raise _cross_slot(self.keys) from error
@@ -204,7 +211,8 @@ class RedisGuard(_RedisGuardBase):
     def __init__(
         self, client: redis.Redis | RedisCluster, *, record_suffix: str = DEFAULT_RECORD_SUFFIX
     ) -> None:
-        super().__init__(client, isinstance(client, RedisCluster), record_suffix)
+        check_client(client, asyncio=False, user="RedisGuard")
+        super().__init__(client, isinstance(client, ClusterClients), record_suffix)
 
     def set(self, holder: Fenced, key: RedisKey, value: RedisValue, px: int | None = None) -> None:
         """``SET key value [PX px]`` if ``holder`` is the newest writer, else raise."""
@@ -230,7 +238,7 @@ class RedisGuard(_RedisGuardBase):
         with write.errors():
             try:
                 reply = self.client.evalsha(FENCED_WRITE_SHA, 2, *write.keys, *write.args)
-            except NoScriptError:
+            except NoScriptErrors:
                 self.client.script_load(FENCED_WRITE)
                 reply = self.client.evalsha(FENCED_WRITE_SHA, 2, *write.keys, *write.args)
         return write.outcome(reply)
@@ -245,7 +253,8 @@ class AsyncRedisGuard(_RedisGuardBase):
         *,
         record_suffix: str = DEFAULT_RECORD_SUFFIX,
     ) -> None:
-        super().__init__(client, isinstance(client, AsyncRedisCluster), record_suffix)
+        check_client(client, asyncio=True, user="AsyncRedisGuard")
+        super().__init__(client, isinstance(client, AsyncClusterClients), record_suffix)
 
     async def set(
         self, holder: Fenced, key: RedisKey, value: RedisValue, px: int | None = None
@@ -271,7 +280,7 @@ class AsyncRedisGuard(_RedisGuardBase):
         with write.errors():
             try:
                 reply = await self.client.evalsha(FENCED_WRITE_SHA, 2, *write.keys, *write.args)
-            except NoScriptError:
+            except NoScriptErrors:
                 await self.client.script_load(FENCED_WRITE)
                 reply = await self.client.evalsha(FENCED_WRITE_SHA, 2, *write.keys, *write.args)
         return write.outcome(reply)

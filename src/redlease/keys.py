@@ -25,7 +25,13 @@ def validate_name(name: object) -> str:
         raise InvalidName(f"lock name must be a str, got {type(name).__name__}: {name!r:.80}")
     if not name:
         raise InvalidName("lock name must not be empty")
-    size = len(name.encode("utf-8", "surrogatepass"))
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise InvalidName(
+            f"lock name {name!r:.80} cannot be sent to the server: {exc.reason} at "
+            f"position {exc.start} (a lone surrogate, often from a mis-decoded byte string)"
+        ) from None
     if size > MAX_NAME_BYTES:
         raise InvalidName(f"lock name is {size} bytes long; at most {MAX_NAME_BYTES} are allowed")
     if "{" in name or "}" in name:

@@ -10,10 +10,9 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from redis.asyncio import ConnectionPool, Redis
-from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from redlease.compat import AsyncClusterClients, library_of
 from redlease.core.base import Owner
 from redlease.core.lease import Lease, LostCallback, run_callbacks
 from redlease.errors import InvalidArgument, LockError
@@ -22,6 +21,8 @@ logger = logging.getLogger("redlease")
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 _background: set[asyncio.Task[Any]] = set()
+ASYNCIO = True
+"""This flavour's clients are ``redis.asyncio`` (or ``valkey.asyncio``) clients."""
 INTERRUPTIONS = (asyncio.CancelledError, KeyboardInterrupt)
 """What can cut an acquire short after the server may already have granted it."""
 
@@ -79,16 +80,44 @@ class Wakeup:
 
 
 class Flag:
-    """A flag set once (a subscription confirmed) that a subscriber waits on with a timeout."""
+    """A flag set once (a subscription confirmed, or refused) that a subscriber waits on."""
 
     def __init__(self) -> None:
         self._event = asyncio.Event()
+        self._error: BaseException | None = None
 
     def set(self) -> None:
         self._event.set()
 
+    def fail(self, error: BaseException) -> None:
+        """Wake the subscriber with ``error`` (the server refused the subscription)."""
+        self._error = error
+        self._event.set()
+
+    def pending(self) -> bool:
+        return not self._event.is_set()
+
     async def wait(self, timeout: float) -> bool:
-        return await _wait_event(self._event, timeout)
+        """True once set, False after ``timeout``; raises the error it failed with."""
+        done = await _wait_event(self._event, timeout)
+        if self._error is not None:
+            raise self._error
+        return done
+
+
+class Bounded:
+    """Runs a call that must end by a deadline (a renewal round): past it, the call is
+    cancelled and the caller goes on, so no socket timeout can delay a lost-lease report."""
+
+    async def run(self, call: Callable[[], Awaitable[T]], timeout: float) -> T:
+        """``call()``'s result, or :class:`TimeoutError` once ``timeout`` seconds passed."""
+        try:
+            return await asyncio.wait_for(call(), max(timeout, 0.0))
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"no answer within {timeout:.3f} s") from None
+
+    def close(self) -> None:
+        """Nothing lingers in the asyncio flavour: a late call was cancelled."""
 
 
 async def concurrently(calls: Sequence[Callable[[], Awaitable[T]]]) -> list[T | BaseException]:
@@ -97,7 +126,7 @@ async def concurrently(calls: Sequence[Callable[[], Awaitable[T]]]) -> list[T | 
 
 
 def is_cluster(client: Any) -> bool:
-    return isinstance(client, RedisCluster)
+    return isinstance(client, AsyncClusterClients)
 
 
 async def node_of(client: Any, key: str) -> tuple[str, Callable[[], Any], Any]:
@@ -112,8 +141,12 @@ async def node_of(client: Any, key: str) -> tuple[str, Callable[[], Any], Any]:
     await client.initialize()
     node = client.get_node_from_key(key)
     if node.name not in _node_clients:
-        pool = ConnectionPool(connection_class=node.connection_class, **node.connection_kwargs)
-        _node_clients[node.name] = Redis(connection_pool=pool)
+        library = library_of(client).asyncio
+        pool = library.ConnectionPool(
+            connection_class=node.connection_class, **node.connection_kwargs
+        )
+        client_class = getattr(library, "Redis", None) or library.Valkey
+        _node_clients[node.name] = client_class(connection_pool=pool)
     return (
         node.name,
         lambda: node.connection_class(**node.connection_kwargs),
@@ -140,7 +173,34 @@ async def master_moved(client: Any) -> bool:
     return before is not None and await ask() != before
 
 
-_node_clients: dict[str, Redis] = {}
+_node_clients: dict[str, Any] = {}
+
+
+def current_loop() -> Any:
+    """The running event loop: an asyncio client works on one loop at a time."""
+    return asyncio.get_running_loop()
+
+
+def loop_is_over(loop: Any) -> bool:
+    """Whether a loop a client worked on is gone (closed, or no longer running), so the
+    client may move to the loop that runs now (``asyncio.run`` twice, a test client)."""
+    return bool(loop.is_closed() or not loop.is_running())
+
+
+def forget_connections(client: Any) -> None:
+    """Drop, without closing, every pooled connection: they belong to a loop that is gone."""
+    pools = [client.connection_pool] if not is_cluster(client) else []
+    if is_cluster(client):
+        pools += [
+            node.redis_connection.connection_pool
+            for node in client.get_nodes()
+            if node.redis_connection is not None
+        ]
+    pools += [node_client.connection_pool for node_client in _node_clients.values()]
+    _node_clients.clear()
+    for pool in pools:
+        pool.reset()
+
 
 Guard = asyncio.Lock
 sleep = asyncio.sleep

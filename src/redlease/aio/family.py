@@ -18,13 +18,9 @@ from redlease.core.family import (
 )
 from redlease.core.hooks import ACQUIRED, ERROR, TIMEOUT
 from redlease.core.lease import Lease, ReleaseOutcome
+from redlease.core.multi import multi_acquire_flow
 from redlease.core.ops import RunScript
-from redlease.core.protocol import (
-    call_flow,
-    latch_wait_flow,
-    multi_acquire_flow,
-    release_flow,
-)
+from redlease.core.protocol import call_flow, latch_wait_flow, release_flow
 from redlease.errors import InvalidArgument, LeaseLost, LockTimeout
 from redlease.keys import ttl_to_ms
 from redlease.scripts import ScriptName
@@ -61,6 +57,13 @@ class AsyncWriteLock(WriteLockBase["AsyncLocks"], AsyncLock):
     async def owned(self) -> bool:
         return self._is_ours(await self.locks.client.get(self.keys.writer))
 
+    async def _release_by(self, owner: Owner) -> ReleaseOutcome:
+        reader = self._downgraded_reader(owner)
+        if reader is not None:
+            assert isinstance(reader, AsyncReadLock)
+            return await reader._release_by(owner)
+        return await super()._release_by(owner)
+
     async def downgrade(self) -> Lease:
         """Turn the held write lease into a read lease, letting waiting readers in.
 
@@ -81,6 +84,7 @@ class AsyncReadWriteLock:
     def __init__(self, locks: AsyncLocks, name: str, **options: Any) -> None:
         self.read = AsyncReadLock(locks, name, **options)
         self.write = AsyncWriteLock(locks, name, **options)
+        self.write.reader = self.read
         self.name = self.read.name
 
 
@@ -162,6 +166,7 @@ class AsyncCountDownLatch:
             ScriptName.COUNTDOWN,
             (self.keys.count,),
             (operation, count, publish, self.keys.broadcast, ttl_ms),
+            idempotent=operation != "down",
         )
 
     async def _call(self, operation: str, count: int = 0, ttl_ms: int = 0) -> Any:
@@ -188,7 +193,8 @@ class AsyncMultiLock(MultiLockBase["AsyncLocks"]):
         publish = await self.locks.publish_for(self)
         claims = self._claims(owner, publish)
         request = self._request(claims[0], blocking, timeout)
-        flow = multi_acquire_flow(claims, self.locks.atomic_multi, request, self.locks.clock)
+        atomic = self.locks.atomic_for(self.all_keys)
+        flow = multi_acquire_flow(claims, atomic, request, self.locks.clock)
         try:
             result = await self.locks.drive(flow)
         except BaseException as exc:

@@ -4,20 +4,24 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from contextlib import suppress
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import ResponseError
 
 from redlease.aio._flavor import (
+    ASYNCIO,
     INTERRUPTIONS,
     Worker,
     check_cancelled,
+    current_loop,
     current_owner,
     fire,
+    forget_connections,
+    loop_is_over,
     master_moved,
     shielded,
     wrap_locked,
@@ -25,6 +29,7 @@ from redlease.aio._flavor import (
 from redlease.aio.notify import AsyncNotifier, AsyncWaiter
 from redlease.aio.renewer import AsyncRenewer
 from redlease.aio.scripts import Scripts
+from redlease.compat import ResponseErrors, check_client
 from redlease.core.base import (
     LeasedBase,
     LockBase,
@@ -37,6 +42,7 @@ from redlease.core.base import (
 from redlease.core.claims import Claim
 from redlease.core.hooks import ERROR, Hooks, combine
 from redlease.core.lease import Lease, ReleaseOutcome
+from redlease.core.multi import one_slot
 from redlease.core.ops import RunScript, Subscribe
 from redlease.core.protocol import (
     NETWORK_ERRORS,
@@ -46,15 +52,23 @@ from redlease.core.protocol import (
     Grant,
     acquire_flow,
     extend_flow,
+    give_back,
     refused,
     release_flow,
     unavailable,
 )
 from redlease.core.renewal import renewal_answers, renewal_calls
 from redlease.core.replication import ReplicaAcks, ReplicaShortfall
-from redlease.core.subscriptions import PubSubCommands
+from redlease.core.subscriptions import PubSubCommands, has_sharded_pubsub, is_denied
 from redlease.core.templates import KeyTemplate
-from redlease.errors import LeaseLost, LockError, LockTimeout, NotReplicated, ServerUnavailable
+from redlease.errors import (
+    InvalidArgument,
+    LeaseLost,
+    LockError,
+    LockTimeout,
+    NotReplicated,
+    ServerUnavailable,
+)
 from redlease.keys import DEFAULT_PREFIX, LockKeys, ttl_to_ms
 
 if TYPE_CHECKING:
@@ -66,6 +80,8 @@ if TYPE_CHECKING:
     )
 
 F = TypeVar("F", bound=Callable[..., Any])
+FLOW_ERRORS: tuple[type[BaseException], ...] = (*NETWORK_ERRORS, ReplicaShortfall)
+"""Errors of an operation that its flow decides about (thrown into it)."""
 logger = logging.getLogger("redlease")
 
 
@@ -93,6 +109,7 @@ class AsyncLocks(LocksBase):
     ) -> None:
         super().__init__(prefix=prefix, clock=clock, token_factory=token_factory)
         self._owns_client = isinstance(client, str)
+        self._url = client if isinstance(client, str) else None
         self.client: Any = _client(client, cluster)
         self.scripts = Scripts(self.client)
         self.notifier = AsyncNotifier(self.client, self.commands, clock)
@@ -103,6 +120,8 @@ class AsyncLocks(LocksBase):
         """The publish command once :meth:`commands` has run: later acquires skip the call."""
         self._finishing: set[Worker] = set()
         """Interrupted releases being sent again (kept here so that they run to the end)."""
+        self._loop: Any = None
+        """The event loop this client works on (moved when that loop is over)."""
         if sharded_pubsub is not None:
             self.pubsub_commands = PubSubCommands(sharded_pubsub)
         self.replica_template = ReplicaAcks(
@@ -117,7 +136,7 @@ class AsyncLocks(LocksBase):
         *,
         ttl: float | None = None,
         renew: bool | None = None,
-        timeout: float = -1,
+        timeout: float | None = -1,
         blocking: bool = True,
         owner: Hashable | None = None,
         replicas: int | None = None,
@@ -167,7 +186,7 @@ class AsyncLocks(LocksBase):
         template: str,
         *,
         ttl: float | None = None,
-        timeout: float = -1,
+        timeout: float | None = -1,
         blocking: bool = True,
     ) -> Callable[[F], F]:
         """Decorate a function so each call runs under the lock named by ``template``.
@@ -197,8 +216,42 @@ class AsyncLocks(LocksBase):
         self.ready_publish = None
         self._finishing = set()
 
+    async def _on_this_loop(self) -> None:
+        """Work on the running event loop: move here when the previous loop is over.
+
+        Moving drops the connections and workers of the old loop, and gives back, as lost,
+        every lease still held there (its tasks are gone), so no lock stays held for its
+        TTL by a request that can never release it. A loop still running elsewhere keeps
+        the client: one client serves one loop at a time.
+        """
+        loop = current_loop()
+        if loop is self._loop:
+            return
+        previous, self._loop = self._loop, loop
+        if previous is None:
+            return
+        if not loop_is_over(previous):
+            self._loop = previous
+            raise InvalidArgument(
+                "this AsyncLocks works on another event loop that is still running; "
+                "make one AsyncLocks per event loop (or use the sync Locks from threads)"
+            )
+        orphans = self.renewals.leases()
+        forget_connections(self.client)
+        self.after_fork()
+        for lease in orphans:
+            with suppress(LockError, *NETWORK_ERRORS, ReplicaShortfall):
+                await self.drive(give_back(lease.claim))
+            fire(lease, lease.mark_lost("the event loop that held it is gone"))
+
     def adopt(self, lease: Lease, role: str | None) -> bool:
-        if super().adopt(lease, role) or (lease.renewing and not self.renewer.running()):
+        if super().adopt(lease, role) or not self.renewer.running():
+            self.renewer.wake()
+            return True
+        return False
+
+    def reschedule(self, lease: Lease, sent_at: float) -> bool:
+        if super().reschedule(lease, sent_at):
             self.renewer.wake()
             return True
         return False
@@ -223,26 +276,60 @@ class AsyncLocks(LocksBase):
 
     async def commands(self) -> PubSubCommands:
         """Which pub/sub commands this server has; asked once per client."""
+        self.refuse_if_closed()
+        await self._on_this_loop()
         if not self._watching:
+            await self._follow_a_cluster()
             await self.notifier.watch_master()
             await self._warn_if_evicting()
             self._watching = True
         if self.pubsub_commands is None:
             try:
                 await self.client.spublish(f"{self.prefix}:{{probe}}:wake", "")
-            except ResponseError:
-                self.pubsub_commands = PubSubCommands(sharded=False)
+            except ResponseErrors as exc:
+                sharded = is_denied(exc) and await self._server_has_sharded_pubsub()
+                self.pubsub_commands = PubSubCommands(sharded=sharded)
             else:
                 self.pubsub_commands = PubSubCommands(sharded=True)
         self.ready_publish = self.pubsub_commands.publish
         return self.pubsub_commands
+
+    async def _follow_a_cluster(self) -> None:
+        """A plain client on a Redis Cluster node would meet MOVED on most names: from a
+        URL, switch to a cluster client; given a plain client, say what to pass instead."""
+        if self.scripts.cluster:
+            return
+        try:
+            info = await self.client.info("cluster")
+        except ResponseErrors:  # INFO forbidden by an ACL: the first MOVED will tell
+            return
+        if str(info.get("cluster_enabled", "0")) != "1":
+            return
+        if self._url is None:
+            raise InvalidArgument(
+                "the server is a node of a Redis Cluster: give AsyncLocks a RedisCluster "
+                "client, or its URL with cluster=True"
+            )
+        await self.client.aclose()
+        self.client = _client(self._url, cluster=True)
+        self.scripts = Scripts(self.client)
+        self.notifier = AsyncNotifier(self.client, self.commands, self.clock)
+
+    async def _server_has_sharded_pubsub(self) -> bool:
+        """The probe was denied (an ACL), which says nothing about the server: ask its
+        version (sharded pub/sub came with Redis 7.0; every Valkey has it)."""
+        try:
+            info = await self.client.info("server")
+        except (*ResponseErrors, *NETWORK_ERRORS):
+            return False
+        return has_sharded_pubsub(info)
 
     async def _warn_if_evicting(self) -> None:
         """Say once if the server may evict keys: a lock evicted under memory pressure is
         simply gone, and another client takes it."""
         try:
             config = await self.client.config_get("maxmemory*")
-        except ResponseError:  # CONFIG is often forbidden (ACL, managed services)
+        except ResponseErrors:  # CONFIG is often forbidden (ACL, managed services)
             return
         policy = str(config.get("maxmemory-policy", "noeviction"))
         if str(config.get("maxmemory", "0")) != "0" and policy != "noeviction":
@@ -268,10 +355,9 @@ class AsyncLocks(LocksBase):
         except NETWORK_ERRORS as exc:
             raise unavailable(keys, "use", exc) from exc
 
-    @property
-    def atomic_multi(self) -> bool:
-        """Whether one script may take several locks at once (not across cluster slots)."""
-        return not self.scripts.cluster
+    def atomic_for(self, keys: Sequence[LockKeys]) -> bool:
+        """Whether one script may take these locks at once: one server, or one cluster slot."""
+        return not self.scripts.cluster or one_slot(keys)
 
     async def obtain(self, owner: LeasedBase[Any], request: AcquireRequest) -> Grant | None:
         """Run an acquisition; an interrupted one gives back whatever it may have got."""
@@ -337,6 +423,7 @@ class AsyncLocks(LocksBase):
 
     async def drive(self, flow: Flow) -> Any:
         """Carry out a flow's operations until it returns; the waiter is always let go."""
+        await self._on_this_loop()
         waiter: AsyncWaiter | None = None
         reply: Any = None
         error: BaseException | None = None
@@ -351,14 +438,21 @@ class AsyncLocks(LocksBase):
                     if isinstance(operation, RunScript):
                         reply = await self.scripts.run(operation)
                     elif isinstance(operation, Subscribe):
-                        waiter = await self.notifier.subscribe(operation.channel)
+                        if waiter is not None and waiter.channel != operation.channel:
+                            await waiter.close()
+                            waiter = None
+                        if waiter is None:
+                            waiter = await self.notifier.subscribe(
+                                operation.channel, operation.seconds
+                            )
+                        reply = waiter is not None
                     else:
                         assert waiter is not None
                         check_cancelled()
                         reply = await waiter.wait(operation.seconds)
-                except NETWORK_ERRORS as exc:
+                except FLOW_ERRORS as exc:
                     error = exc
-                except ResponseError as exc:
+                except ResponseErrors as exc:
                     if isinstance(operation, RunScript):
                         raise refused(operation, exc) from exc
                     raise
@@ -368,7 +462,14 @@ class AsyncLocks(LocksBase):
                 await waiter.close()
 
     async def aclose(self) -> None:
-        """Stop the workers (held leases are no longer renewed) and close an owned client."""
+        """Stop the workers (held leases are no longer renewed) and close an owned client.
+
+        A closed client takes no new lease (``InvalidArgument``); leases it still holds can
+        be released.
+        """
+        await self._on_this_loop()
+        self.closed = True
+        self.ready_publish = None
         await self.renewer.stop()
         await self.notifier.aclose()
         if self._owns_client:
@@ -388,6 +489,7 @@ class AsyncLocks(LocksBase):
 
 def _client(client: Redis | RedisCluster | str, cluster: bool) -> Redis | RedisCluster:
     if not isinstance(client, str):
+        check_client(client, asyncio=ASYNCIO)
         return client
     return RedisCluster.from_url(client) if cluster else Redis.from_url(client)
 
@@ -434,7 +536,7 @@ class AsyncLock(AsyncLeaseHandle["AsyncLocks"]):
     ``ttl`` is the lease length in seconds (millisecond precision). Without it the lease
     is 30 s and renewed by the client's renewal worker while held; with it the lease
     ends after ``ttl`` unless ``renew=True``. ``timeout`` is how long ``acquire`` and
-    ``async with`` wait by default: ``-1`` as long as it takes, ``0`` a single try.
+    ``async with`` wait by default: ``-1`` (or ``None``) as long as it takes, ``0`` one try.
     The owner, for reentrancy and release, is the current task unless ``owner`` is given.
     Waiters queue; a release hands the lock straight to the first live one, though a
     newcomer may take a lock it finds free (see :class:`AsyncFairLock` for strict order).
@@ -484,6 +586,7 @@ class AsyncLock(AsyncLeaseHandle["AsyncLocks"]):
 
     async def locked(self) -> bool:
         """Whether anyone holds the lock right now."""
+        await self.locks._on_this_loop()
         try:
             return bool(await self.locks.client.exists(self.keys.lease))
         except NETWORK_ERRORS as exc:
@@ -491,6 +594,7 @@ class AsyncLock(AsyncLeaseHandle["AsyncLocks"]):
 
     async def owned(self) -> bool:
         """Whether the current owner holds the lock, as the server sees it."""
+        await self.locks._on_this_loop()
         try:
             return self._is_ours(await self.locks.client.get(self.keys.lease))
         except NETWORK_ERRORS as exc:

@@ -27,15 +27,24 @@ from redlease.aio._flavor import (
     refresh_topology,
     sleep,
 )
+from redlease.compat import ResponseErrors
 from redlease.core.protocol import NETWORK_ERRORS, Clock, Handoff
-from redlease.core.subscriptions import ChannelBook, PubSubCommands, classify, handoff_of
-from redlease.errors import ServerUnavailable
+from redlease.core.subscriptions import (
+    ChannelBook,
+    PubSubCommands,
+    classify,
+    handoff_of,
+    refusal,
+)
+from redlease.errors import ServerRefused
 
 logger = logging.getLogger("redlease")
 CONFIRM_TIMEOUT_S = 10.0
 SENTINEL_LINK = "sentinel"
 SWITCH_MASTER = "+switch-master"
 """What a sentinel publishes when it promoted a new master."""
+LINK_ERRORS: tuple[type[BaseException], ...] = (*NETWORK_ERRORS, ConnectionError)
+"""What ends a pub/sub link: the client's network errors, or a move the notifier asked for."""
 RECONNECT_DELAYS = (0.05, 0.1, 0.2, 0.5) + (1.0,) * 60
 """About a minute of attempts before the notifier gives up (waiters still wake on TTL)."""
 
@@ -93,7 +102,11 @@ class AsyncNotifier:
         """Open pub/sub connections (one per node that carries a waiting channel)."""
         return sum(1 for link in self._links.values() if link.connection is not None)
 
-    async def subscribe(self, channel: str) -> AsyncWaiter:
+    async def subscribe(
+        self, channel: str, timeout: float = CONFIRM_TIMEOUT_S
+    ) -> AsyncWaiter | None:
+        """A waiter listening on ``channel``, once the server confirmed the subscription;
+        ``None`` when no confirmation came within ``timeout`` seconds."""
         waiter = AsyncWaiter(self, channel)
         commands = await self._commands()
         name, connect, _ = await node_of(self._client, channel)
@@ -110,13 +123,16 @@ class AsyncNotifier:
                 self._link_of[channel] = link
             confirmed = self._confirmed[channel]
         try:
-            ok = await confirmed.wait(CONFIRM_TIMEOUT_S)
+            ok = await confirmed.wait(min(timeout, CONFIRM_TIMEOUT_S))
+        except ResponseErrors as exc:
+            await self.leave(waiter)
+            raise ServerRefused(refusal(channel, exc)) from exc
         except BaseException:
             await self.leave(waiter)
             raise
         if not ok:
             await self.leave(waiter)
-            raise ServerUnavailable(f"subscription to {channel!r} was not confirmed")
+            return None
         return waiter
 
     async def leave(self, waiter: AsyncWaiter) -> None:
@@ -203,7 +219,10 @@ class AsyncNotifier:
                 if link.stale:
                     raise ConnectionError("the server moved")
                 reply = await read_push(connection)
-            except (*NETWORK_ERRORS, ConnectionError):
+            except ResponseErrors as exc:
+                await self._refused(exc)
+                continue
+            except LINK_ERRORS:
                 if self._closing or not await self._reconnect(link):
                     return
                 continue
@@ -229,6 +248,14 @@ class AsyncNotifier:
                     waiter.wakeup.set()
             elif (flag := self._confirmed.get(push.channel)) is not None:
                 flag.set()
+
+    async def _refused(self, error: Exception) -> None:
+        """An error reply on the pub/sub link answers a subscription (no permission): fail
+        the subscriptions still waiting for their confirmation; the reader goes on."""
+        async with self._guard:
+            for flag in self._confirmed.values():
+                if flag.pending():
+                    flag.fail(error)
 
     async def _rehome(self, channels: list[str]) -> None:
         """Subscribe channels again where their slot lives now.

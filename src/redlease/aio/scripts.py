@@ -12,9 +12,9 @@ from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import AskError, NoScriptError
 
 from redlease.aio._flavor import concurrently, is_cluster, node_of, refresh_topology
+from redlease.compat import AskErrors, ConnectionErrors, NoScriptErrors
 from redlease.core.ops import RunScript
 from redlease.core.protocol import NETWORK_ERRORS
 from redlease.core.replication import ReplicaAcks
@@ -33,6 +33,16 @@ class Scripts:
         self._loaded: set[ScriptName] = set()
 
     async def run(self, op: RunScript) -> Any:
+        """One script call, sent again once if the connection turned out dead (a server
+        restart closes every pooled connection); only idempotent calls are resent."""
+        try:
+            return await self._run(op)
+        except ConnectionErrors:
+            if not op.idempotent:
+                raise
+            return await self._run(op)
+
+    async def _run(self, op: RunScript) -> Any:
         """One script call; ``execute_command`` directly, as ``evalsha`` adds only wrappers."""
         if op.acks is not None:
             return await self._acknowledged(op, op.acks)
@@ -40,7 +50,7 @@ class Scripts:
         execute: Any = self.client.execute_command  # untyped in the sync redis-py client
         try:
             return await execute("EVALSHA", SHA_OF[id(op.script)], len(keys), *keys, *op.args)
-        except NoScriptError:
+        except NoScriptErrors:
             await self.client.script_load(op.script.source)
             return await execute("EVALSHA", SHA_OF[id(op.script)], len(keys), *keys, *op.args)
 
@@ -54,7 +64,7 @@ class Scripts:
             await self.client.script_load(op.script.source)
             self._loaded.add(op.script)
         replies = await self._on_node(op.keys[0], [op], acks.commands())
-        if isinstance(replies[0], NoScriptError):
+        if isinstance(replies[0], NoScriptErrors):
             self._loaded.discard(op.script)
         return acks.check(replies)
 
@@ -65,7 +75,7 @@ class Scripts:
         missing = {
             op.script
             for op, reply in zip(ops, replies, strict=True)
-            if isinstance(reply, NoScriptError)
+            if isinstance(reply, NoScriptErrors)
         }
         for script in missing:
             await self.client.script_load(script.source)
@@ -119,4 +129,4 @@ def _spread_error(result: Any, count: int) -> list[Any]:
 
 def _misrouted(reply: Any) -> bool:
     """The slot lives elsewhere now (MOVED/ASK), or its node is gone: refresh the slot map."""
-    return isinstance(reply, (AskError, *NETWORK_ERRORS))
+    return isinstance(reply, (*AskErrors, *NETWORK_ERRORS))

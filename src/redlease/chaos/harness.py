@@ -1,33 +1,36 @@
-"""The chaos harness: start workers, inject faults into the holder, check the history.
+"""The counter harness: start workers, inject faults into the holder, check the history.
 
 One :class:`Run` per scenario: a fresh key namespace, ``settings.workers`` worker
 processes (see :mod:`redlease.chaos.worker`) contending for one lock, ``injections``
 faults each injected while a worker is inside its critical section, then a clean stop
-and the checkers of :mod:`redlease.chaos.checks`. Every wait is bounded in time.
+and the checkers of :mod:`redlease.chaos.checks`. Where the fault can take the holder's
+lease away (``Fault.detects``), every injection also measures how soon the holder's probe
+leases were told (:mod:`redlease.chaos.detection`). Every wait is bounded in time.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
-from dataclasses import asdict, dataclass
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
 import redis
 
 from redlease.chaos.checks import read_logs, verdict
+from redlease.chaos.detection import ExpiryWatch, measure, summarize
 from redlease.chaos.errors import ChaosError
-from redlease.chaos.faults import FAULTS, Fault
-from redlease.chaos.targets import Target, namespaces_available, open_target
+from redlease.chaos.fault import Fault
+from redlease.chaos.probes import FLAVOURS, probe_name
+from redlease.chaos.settings import Settings
+from redlease.chaos.tail import LogTail
+from redlease.chaos.targets import Target
 from redlease.keys import LockKeys
 
 LOCK_NAME = "counter"
@@ -35,55 +38,8 @@ POLL = 0.002
 START_TIMEOUT = 30.0  # python start-up of every worker on a loaded 2-core machine
 HOLDER_TIMEOUT = 5.0
 FAILOVER_ALLOWANCE = 30.0  # a failover fault heals when a replica has taken over
-
-
-@dataclass(frozen=True)
-class Settings:
-    ttl: float = 1.0
-    hold: float = 0.25
-    workers: int = 3
-    injections: int = 5
-    warmup: float = 1.0
-    settle: float = 1.5
-    renew: bool = False
-
-    @classmethod
-    def quick(cls) -> Settings:
-        return cls(ttl=0.5, hold=0.15, workers=3, injections=2, warmup=0.4, settle=0.8)
-
-
-class _Tail:
-    """Reads a worker log incrementally; remembers the worker's open critical section."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offset = 0
-        self.buffer = ""
-        self.in_section = False
-        self.acquisitions = 0
-        self.granted_at = 0.0
-
-    def poll(self) -> None:
-        try:
-            with self.path.open("r", encoding="utf-8") as stream:
-                stream.seek(self.offset)
-                chunk = stream.read()
-                self.offset = stream.tell()
-        except FileNotFoundError:
-            return
-        lines = (self.buffer + chunk).split("\n")
-        self.buffer = lines.pop()
-        for line in lines:
-            with suppress(ValueError, KeyError):
-                event = json.loads(line)
-                kind = event["ev"]
-                if kind == "enter":
-                    self.in_section = True
-                elif kind == "exit":
-                    self.in_section = False
-                elif kind == "acq":
-                    self.acquisitions += 1
-                    self.granted_at = float(event["t"])
+DETECT_WAIT = 5.0  # after the settle, how long a holder whose lease went away may take to learn
+WATCH_TIMEOUT = 10.0  # the watch's reads wait out a stalled server
 
 
 class Run:
@@ -98,12 +54,13 @@ class Run:
         self.lease_key = LockKeys(LOCK_NAME, self.prefix).lease
         self.stop_file = directory / f"{fault.name}.stop"
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
-        self.tails: dict[str, _Tail] = {}
+        self.tails: dict[str, LogTail] = {}
+        self.probed: set[str] = set()
         self.deadline = time.monotonic() + self.budget()
 
     def budget(self) -> float:
         s = self.settings
-        per_fault = self.holder_timeout() + self.fault.duration(self) + s.settle
+        per_fault = self.holder_timeout() + self.fault.duration(self) + s.settle + DETECT_WAIT
         return START_TIMEOUT + s.warmup + s.injections * (per_fault + FAILOVER_ALLOWANCE) + 10
 
     def holder_timeout(self) -> float:
@@ -117,9 +74,15 @@ class Run:
         finally:
             client.close()
 
+    def probe_keys(self, worker: str) -> dict[str, str]:
+        if worker not in self.probed:
+            return {}
+        return {f: LockKeys(probe_name(worker, f), self.prefix).lease for f in FLAVOURS}
+
     def spawn(self) -> str:
         worker = f"w{len(self.workers) + 1}"
         log = self.directory / f"{self.fault.name}-{worker}.jsonl"
+        probe_url = self.target.probe_url(worker) if self.fault.detects else None
         command = [
             *self.target.wrap(worker),
             sys.executable, "-m", "redlease.chaos.worker",
@@ -134,12 +97,15 @@ class Run:
             "--stop-file", str(self.stop_file),
             "--log", str(log),
             *(["--renew"] if self.settings.renew else []),
+            *(["--probe-url", probe_url] if probe_url else []),
         ]  # fmt: skip
+        if probe_url:
+            self.probed.add(worker)
         with (self.directory / f"{self.fault.name}-{worker}.err").open("wb") as errors:
             self.workers[worker] = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=errors, stderr=subprocess.STDOUT
             )
-        self.tails[worker] = _Tail(log)
+        self.tails[worker] = LogTail(log)
         return worker
 
     def pid_of(self, worker: str) -> int:
@@ -178,6 +144,7 @@ class Run:
 
     def execute(self) -> dict[str, Any]:
         fault_ends: list[float] = []
+        detections: list[dict[str, Any]] = []
         started = time.monotonic()
         try:
             for _ in range(self.settings.workers):
@@ -185,15 +152,7 @@ class Run:
             self.wait_for("acq", START_TIMEOUT)
             time.sleep(self.settings.warmup)
             for _ in range(self.settings.injections):
-                prepared = time.monotonic()
-                self.fault.prepare(self)
-                since = prepared if self.fault.fresh_holder else 0.0
-                holder = self.wait_for("enter", self.holder_timeout(), since)
-                self.fault.inject(self, holder)
-                time.sleep(self.fault.duration(self))
-                self.fault.heal(self)
-                fault_ends.append(self.fault.ended_at(time.monotonic()))
-                time.sleep(self.settings.settle)
+                detections += self._inject(fault_ends)
         finally:
             self.fault.heal(self)
             self._stop_workers()
@@ -205,7 +164,54 @@ class Run:
         result["expect_unfenced_violations"] = self.fault.expect_unfenced_violations
         result["topology"] = self.target.kind
         result["settings"] = {"hold": self.settings.hold, "renew": self.settings.renew}
+        detects = self.fault.detects
+        result["detection"] = summarize(detects, detections) if detects and self.probed else None
+        result["wake"] = None
         return result
+
+    def _inject(self, fault_ends: list[float]) -> list[dict[str, Any]]:
+        """One injection; returns its detection records (none where nothing is measured)."""
+        prepared = time.monotonic()
+        self.fault.begin()
+        self.fault.prepare(self)
+        since = prepared if self.fault.fresh_holder else 0.0
+        holder = self.wait_for("enter", self.holder_timeout(), since)
+        keys = self.probe_keys(holder)
+        watch = ExpiryWatch(lambda: self.target.admin(WATCH_TIMEOUT), keys)
+        with ExitStack() as watching:
+            if keys:
+                watching.enter_context(watch)
+            self.fault.inject(self, holder)
+            time.sleep(self.fault.duration(self))
+            self.fault.heal(self)
+            fault_ends.append(self.fault.ended_at(time.monotonic()))
+            time.sleep(self.settings.settle)
+            return self._detected(holder, watch, prepared) if keys else []
+
+    def _detected(self, holder: str, watch: ExpiryWatch, since: float) -> list[dict[str, Any]]:
+        """Wait (bounded) until the holder logged each loss the watch saw, then measure."""
+        fault, tail = self.fault, self.tails[holder]
+        assert fault.detects is not None
+        limit = time.monotonic() + DETECT_WAIT
+        while True:
+            tail.poll()
+            lost = {flavour: tail.first("lost", since, probe=flavour) for flavour in watch.keys}
+            if not watch.unresolved(lost, fault.forgot_at is not None):
+                break
+            if time.monotonic() > limit:
+                break
+            time.sleep(POLL)
+        return [
+            measure(
+                fault.detects,
+                flavour,
+                key,
+                lost[flavour],
+                forgot_at=fault.forgot_at,
+                serving_again_at=fault.serving_again_at,
+            )
+            for flavour, key in watch.keys.items()
+        ]
 
     def _stop_workers(self) -> None:
         self.stop_file.touch()
@@ -225,63 +231,17 @@ class Run:
             plain = int(client.get(f"{self.prefix}:counter") or 0)
             fenced = int(client.get(f"{self.prefix}:fenced") or 0)
             if not self.target.private:
-                _delete_namespace(client, self.prefix)
+                delete_namespace(client, self.prefix)
         finally:
             client.close()
         if not self.target.private:
             with self.lock_client() as lock_client:
-                _delete_namespace(lock_client, self.prefix)
+                delete_namespace(lock_client, self.prefix)
         return plain, fenced
 
 
-def _delete_namespace(client: redis.Redis, prefix: str) -> None:
+def delete_namespace(client: redis.Redis, prefix: str) -> None:
     """Remove the run's keys from a shared server (SCAN, bounded in count)."""
     keys = list(client.scan_iter(match=f"{prefix}*", count=500))[:10_000]
     if keys:
         client.delete(*keys)
-
-
-def run_scenarios(
-    names: list[str], settings: Settings, url: str | None = None, logs: Path | None = None
-) -> dict[str, Any]:
-    """Run each scenario in turn, each on a fresh target; the result is what ``--json`` prints.
-
-    The workers' logs go to ``logs`` (kept) or to a temporary directory (removed). A
-    scenario this machine cannot run (no network namespaces, say) is reported as
-    ``{"skipped": reason}``.
-    """
-    faults = [FAULTS[name]() for name in names]
-    results: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="redlease-chaos-") as scratch:
-        directory = Path(scratch) if logs is None else logs
-        directory.mkdir(parents=True, exist_ok=True)
-        for fault in faults:
-            reason = unavailable(fault)
-            if reason is not None:
-                results[fault.name] = {"skipped": reason}
-                continue
-            slots = settings.workers + settings.injections
-            target = open_target(fault.topology, url=url, proxied=fault.proxied, slots=slots)
-            with target:
-                try:
-                    results[fault.name] = Run(fault, target, settings, directory).execute()
-                except ChaosError as error:
-                    results[fault.name] = {"error": str(error)}
-    ok = all(
-        "error" not in r and r["fenced_lost_updates"] == 0 and r["fence_regressions"] == 0
-        for r in results.values()
-        if "skipped" not in r
-    )
-    return {
-        "ok": ok,
-        "server": "private" if url is None else "shared",
-        "settings": asdict(settings),
-        "scenarios": results,
-    }
-
-
-def unavailable(fault: Fault) -> str | None:
-    """Why this machine cannot run ``fault`` (None when it can)."""
-    if fault.topology == "netns":
-        return namespaces_available()
-    return None

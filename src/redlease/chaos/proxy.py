@@ -8,6 +8,8 @@ while the workers run:
 * :attr:`Mode.DROP`: the next reply is thrown away and the connection reset, so the
   client cannot know whether its command ran (the ambiguous outcome of a lost packet
   followed by a timeout); later replies pass again;
+* :attr:`Mode.DROP_MESSAGE`: the same for the next pub/sub message (a hand-off lost while
+  its connection drops); other replies pass meanwhile;
 * :attr:`Mode.REFUSE`: every connection is reset at once, new ones too (an unreachable
   host that says so);
 * :attr:`Mode.BLACKHOLE`: nothing is forwarded either way and nothing is closed; bytes
@@ -44,6 +46,7 @@ T = TypeVar("T")
 class Mode(enum.Enum):
     FORWARD = "forward"
     DROP = "drop"
+    DROP_MESSAGE = "drop-message"
     BLACKHOLE = "blackhole"
     REFUSE = "refuse"
 
@@ -158,7 +161,9 @@ class Link:
                 break
             await asyncio.sleep(max(due - time.monotonic(), 0.0))
             await self._open.wait()
-            if reply and self.mode is Mode.DROP:
+            if reply and (
+                self.mode is Mode.DROP or (self.mode is Mode.DROP_MESSAGE and _is_message(chunk))
+            ):
                 self.mode = Mode.FORWARD
                 break
             target.write(chunk)
@@ -218,6 +223,11 @@ class ProxyHub:
         self._thread.join(STOP_TIMEOUT)
         if not self._thread.is_alive():
             self._loop.close()
+
+
+def _is_message(chunk: bytes) -> bool:
+    """Whether ``chunk`` starts with a pub/sub message (RESP2 array or RESP3 push)."""
+    return chunk[:2] in (b"*3", b">3") and b"message\r\n" in chunk[:24]
 
 
 async def _wrap(coroutine: Awaitable[T]) -> T:

@@ -12,13 +12,11 @@ import statistics
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from redlease.chaos.checks import Section
+from redlease.chaos.soak_settings import SoakSettings
 from redlease.chaos.soak_worker import SoakSection, WorkerLog
-
-if TYPE_CHECKING:
-    from redlease.chaos.soak import SoakSettings
 
 S = TypeVar("S", bound=Section)
 

@@ -14,7 +14,7 @@ import secrets
 import shutil
 import subprocess
 from contextlib import ExitStack
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
@@ -26,6 +26,7 @@ from redlease.server import EmbeddedServer
 from redlease.topology import LocalCluster, LocalSentinel
 
 ADMIN_TIMEOUT = 2.0
+TopologyT = TypeVar("TopologyT", LocalSentinel, LocalCluster)
 NAMESPACE_PREFIX = "rlchaos"
 
 
@@ -55,13 +56,21 @@ class Target:
     def worker_data_url(self, worker: str) -> str:
         return self.data_url
 
+    def probe_url(self, worker: str) -> str | None:
+        """Where ``worker``'s probe leases live (None: this target measures no detection)."""
+        return None
+
     def admin(self, timeout: float = ADMIN_TIMEOUT) -> Any:
         """A client on the server that holds the lock's keys (for PEXPIRE and clean-up)."""
         raise NotImplementedError
 
 
 class SingleTarget(Target):
-    """One lock server, reached directly or through a proxy link per worker."""
+    """One lock server, reached directly or through proxy links of each worker's own.
+
+    A proxied worker gets two links: one for its lock traffic and one for its probe leases
+    (so that a dropped reply hits each once); a network fault changes both.
+    """
 
     def __init__(
         self,
@@ -75,15 +84,22 @@ class SingleTarget(Target):
         self.lock_url = lock_url
         self.lock_server = lock_server
         self.hub = hub
-        self.links: dict[str, Link] = {}
+        self.links: dict[str, list[Link]] = {}
 
     def lock_args(self, worker: str) -> list[str]:
+        return ["--lock-url", self._linked(worker)]
+
+    def probe_url(self, worker: str) -> str | None:
+        return self._linked(worker)
+
+    def _linked(self, worker: str) -> str:
+        """The lock server's URL through a new proxy link of ``worker`` (if proxied)."""
         if self.hub is None:
-            return ["--lock-url", self.lock_url]
+            return self.lock_url
         parts = urlsplit(self.lock_url)
         link = self.hub.link(parts.hostname or "127.0.0.1", parts.port or 6379)
-        self.links[worker] = link
-        return ["--lock-url", _with_port(self.lock_url, link.port)]
+        self.links.setdefault(worker, []).append(link)
+        return _with_port(self.lock_url, link.port)
 
     def admin(self, timeout: float = ADMIN_TIMEOUT) -> redis.Redis:
         return redis.Redis.from_url(
@@ -91,12 +107,16 @@ class SingleTarget(Target):
         )
 
 
-class SentinelTarget(Target):
-    kind = "sentinel"
+class _TopologyTarget(Target, Generic[TopologyT]):
+    """A topology the harness started (so private), with the data server beside it."""
 
-    def __init__(self, topology: LocalSentinel, data_url: str) -> None:
+    def __init__(self, topology: TopologyT, data_url: str) -> None:
         super().__init__(data_url, private=True)
-        self.topology = topology
+        self.topology: TopologyT = topology
+
+
+class SentinelTarget(_TopologyTarget[LocalSentinel]):
+    kind = "sentinel"
 
     def lock_args(self, worker: str) -> list[str]:
         args = ["--service", self.topology.service_name]
@@ -109,12 +129,8 @@ class SentinelTarget(Target):
         return redis.Redis(host=host, port=port, socket_timeout=timeout)
 
 
-class ClusterTarget(Target):
+class ClusterTarget(_TopologyTarget[LocalCluster]):
     kind = "cluster"
-
-    def __init__(self, topology: LocalCluster, data_url: str) -> None:
-        super().__init__(data_url, private=True)
-        self.topology = topology
 
     def lock_args(self, worker: str) -> list[str]:
         return ["--lock-url", self.topology.url, "--cluster"]
@@ -186,8 +202,11 @@ class NamespaceTarget(SingleTarget):
         return ["ip", "netns", "exec", self.namespaces[self._slot(worker)]]
 
     def lock_args(self, worker: str) -> list[str]:
+        return ["--lock-url", self._linked(worker)]
+
+    def _linked(self, worker: str) -> str:
         assert self.lock_server is not None
-        return ["--lock-url", f"redis://{_host_ip(self._slot(worker))}:{self.lock_server.port}/0"]
+        return f"redis://{_host_ip(self._slot(worker))}:{self.lock_server.port}/0"
 
     def worker_data_url(self, worker: str) -> str:
         return f"redis://{_host_ip(self._slot(worker))}:{self.data_server.port}/0"

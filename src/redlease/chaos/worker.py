@@ -7,22 +7,28 @@ through :class:`~redlease.RedisGuard` (``claim`` before the read, ``set`` after)
 go to a JSON-lines log, one line each, flushed at once, so a killed worker leaves
 everything it did up to the kill. Times come from ``time.monotonic()``, which on Linux is
 one clock for every process of the host.
+
+On one lock server the lock client is the README's: ``redis.Redis.from_url(url)`` with
+redis-py's defaults (no socket timeout, the default retry). With ``--probe-url`` the
+worker also keeps the probe leases of :mod:`redlease.chaos.probes`.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import redis
 import redis.sentinel
 from redis.cluster import RedisCluster
 
+from redlease.chaos.eventlog import EventLog
+from redlease.chaos.probes import Probes
 from redlease.errors import FenceRejected, LockError
 from redlease.fencing import RedisGuard
 from redlease.sync.lock import Locks
@@ -51,18 +57,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--deadline", type=float, required=True, help="monotonic time to stop")
     parser.add_argument("--stop-file", required=True)
     parser.add_argument("--log", required=True)
+    parser.add_argument("--probe-url", help="keep probe leases on this server (see probes)")
     return parser.parse_args(argv)
-
-
-class _Log:
-    def __init__(self, stream: IO[str], worker: str) -> None:
-        self.stream = stream
-        self.worker = worker
-
-    def event(self, kind: str, seq: int, **fields: Any) -> None:
-        record = {"ev": kind, "w": self.worker, "seq": seq, "t": time.monotonic(), **fields}
-        self.stream.write(json.dumps(record) + "\n")
-        self.stream.flush()
 
 
 # Long enough to outlast a server stall (DEBUG SLEEP) without an ambiguous timeout.
@@ -92,7 +88,7 @@ def _locks(args: argparse.Namespace) -> Locks | Redlock:
         return Redlock([_client(url) for url in args.lock_url], prefix=args.prefix)
     if args.cluster:
         return Locks(RedisCluster.from_url(args.lock_url[0], **options), prefix=args.prefix)
-    return Locks(_client(args.lock_url[0]), prefix=args.prefix)
+    return Locks(redis.Redis.from_url(args.lock_url[0]), prefix=args.prefix)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,9 +102,12 @@ def main(argv: list[str] | None = None) -> int:
     with (
         Path(args.log).open("a", encoding="utf-8") as stream,
         _locks(args) as locks,
+        ExitStack() as probes,
     ):
-        log = _Log(stream, args.worker)
+        log = EventLog(stream, args.worker)
         log.event("start", 0, pid=os.getpid())
+        if args.probe_url:
+            probes.enter_context(Probes(args.probe_url, args.prefix, args.worker, args.ttl, log))
         lock = locks.lock(args.name, ttl=args.ttl, renew=args.renew)
         for seq in range(1, MAX_SECTIONS + 1):
             if time.monotonic() > args.deadline or stop_file.exists() or os.getppid() != parent:
@@ -145,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _section(
     args: argparse.Namespace,
-    log: _Log,
+    log: EventLog,
     seq: int,
     *,
     data: redis.Redis,

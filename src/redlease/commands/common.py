@@ -11,6 +11,7 @@ import argparse
 import enum
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import redis
@@ -25,6 +26,7 @@ from redlease.server import URL_ENV, resolve_url, server_url
 __all__ = [
     "PROBE_TIMEOUT",
     "ExitCode",
+    "Reached",
     "UsageError",
     "add_connection_options",
     "connect",
@@ -32,6 +34,7 @@ __all__ = [
     "non_negative_float",
     "positive_float",
     "positive_int",
+    "reach",
     "reachable_server",
     "required_url",
 ]
@@ -60,6 +63,14 @@ class UsageError(Exception):
     """A command line that names no server, or asks for something impossible (exit 64)."""
 
 
+@dataclass(frozen=True)
+class Reached:
+    """A server that answered: its URL, and whether it is a node of a Redis Cluster."""
+
+    url: str
+    cluster: bool
+
+
 @contextmanager
 def reachable_server(url: str | None, *, hint: str = PRIVATE_HINT) -> Iterator[str]:
     """Yield the URL of a server that answered PING: ``url``, ``REDIS_URL`` or a private one.
@@ -69,23 +80,47 @@ def reachable_server(url: str | None, *, hint: str = PRIVATE_HINT) -> Iterator[s
     ``hint`` ends the error message: what the user can do about an unreachable server.
     """
     with server_url(url) as resolved:
-        client = redis.Redis.from_url(
-            resolved,
-            socket_timeout=PROBE_TIMEOUT,
-            socket_connect_timeout=PROBE_TIMEOUT,
-            retry=Retry(NoBackoff(), 0),
-        )
-        try:
-            client.ping()
-        except redis.AuthenticationError as error:
-            raise ServerUnavailable(f"{resolved} refused the credentials: {error}") from error
-        except redis.RedisError as error:
-            raise ServerUnavailable(
-                f"cannot reach a Redis/Valkey server at {resolved} ({error}); start it, or {hint}"
-            ) from error
-        finally:
-            client.close()
+        _probe(resolved, hint)
         yield resolved
+
+
+def reach(url: str, *, cluster: bool = False, hint: str = SHARED_HINT) -> Reached:
+    """Probe ``url`` and tell whether it is a cluster node, so no one has to say ``--cluster``.
+
+    A plain client pointed at one node of a cluster sees only that node's slots: a lock
+    elsewhere answers MOVED, and a SCAN lists a third of the locks. ``cluster`` (the
+    ``--cluster`` option) insists on cluster mode; on a server that says it is not a
+    cluster, that is a usage mistake, said plainly rather than left to fail later.
+    """
+    detected = _probe(url, hint)
+    if cluster and detected is False:
+        raise UsageError(f"{url} is not a cluster node (cluster_enabled:0); drop --cluster")
+    return Reached(url, cluster or bool(detected))
+
+
+def _probe(url: str, hint: str) -> bool | None:
+    """PING ``url`` once; whether it runs in cluster mode (None: it will not say)."""
+    client = redis.Redis.from_url(
+        url,
+        socket_timeout=PROBE_TIMEOUT,
+        socket_connect_timeout=PROBE_TIMEOUT,
+        retry=Retry(NoBackoff(), 0),
+    )
+    try:
+        client.ping()
+        try:
+            info = client.info("cluster")
+        except redis.ResponseError:  # INFO forbidden (ACL, a renamed command)
+            return None
+        return bool(int(info.get("cluster_enabled", 0)))
+    except redis.AuthenticationError as error:
+        raise ServerUnavailable(f"{url} refused the credentials: {error}") from error
+    except redis.RedisError as error:
+        raise ServerUnavailable(
+            f"cannot reach a Redis/Valkey server at {url} ({error}); start it, or {hint}"
+        ) from error
+    finally:
+        client.close()
 
 
 def required_url(url: str | None) -> str:
@@ -112,22 +147,34 @@ def add_connection_options(parser: argparse.ArgumentParser) -> None:
         help=f"key prefix the locks live under (default: {DEFAULT_PREFIX})",
     )
     parser.add_argument(
-        "--cluster", action="store_true", help="the URL names a node of a Redis Cluster"
+        "--cluster",
+        action="store_true",
+        help="the URL names a node of a Redis Cluster (detected without it, unless the "
+        "server forbids INFO)",
     )
 
 
 @contextmanager
-def connect(args: argparse.Namespace) -> Iterator[Any]:
-    """A client of the server named by ``args`` that answered PING, closed afterwards."""
-    url = required_url(args.url)
-    with reachable_server(url, hint=SHARED_HINT) as resolved:
-        client: Any = (
-            RedisCluster.from_url(resolved) if args.cluster else redis.Redis.from_url(resolved)
-        )
-        try:
-            yield client
-        finally:
-            client.close()
+def connect(args: argparse.Namespace, *, timeout: float | None = None) -> Iterator[Any]:
+    """A client of the server named by ``args`` that answered PING, closed afterwards.
+
+    On a cluster node it is a cluster client, so every command reaches the master that
+    owns its keys, and :func:`~redlease.commands.state.names` scans every master.
+    ``timeout`` bounds every reply (None: redis-py's default, no bound).
+    """
+    reached = reach(required_url(args.url), cluster=args.cluster)
+    options: dict[str, Any] = {}
+    if timeout is not None:
+        options = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+    client: Any = (
+        RedisCluster.from_url(reached.url, **options)
+        if reached.cluster
+        else redis.Redis.from_url(reached.url, **options)
+    )
+    try:
+        yield client
+    finally:
+        client.close()
 
 
 def exit_code(text: str) -> int:

@@ -1,4 +1,4 @@
-"""``redlease run NAME -- CMD [ARGS...]``: a distributed flock(1).
+"""``redlease run NAME [--] CMD [ARGS...]`` (or ``-c 'shell command'``): a distributed flock(1).
 
 Take the lock, run the command as a child process while the lease is renewed, release
 the lock when the command exits, and exit with the command's status. Exit codes follow
@@ -6,11 +6,15 @@ flock(1): the child's status (128+N when a signal N killed it), 1 (or
 ``--conflict-exit-code``) when the lock could not be had, and sysexits.h otherwise; a
 lease lost while the command ran gives 75 (EX_TEMPFAIL) after the command was stopped
 the way ``consul lock`` stops it: SIGTERM, then SIGKILL once ``--grace`` has passed.
+
+Like ``flock -n`` in a crontab, a conflict is silent (only the exit status tells), so
+cron mails nothing; ``--verbose`` says why, and how long the lock took.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import select
 import signal
@@ -24,16 +28,16 @@ from types import FrameType
 from typing import Any
 
 from redlease.commands.common import (
-    SHARED_HINT,
     ExitCode,
     UsageError,
     add_connection_options,
     exit_code,
     non_negative_float,
     positive_float,
-    reachable_server,
+    reach,
     required_url,
 )
+from redlease.commands.output import mute_log
 from redlease.core.lease import Lease, ReleaseOutcome
 from redlease.errors import LockError, LockTimeout
 from redlease.sync.lock import Lock, Locks
@@ -41,8 +45,10 @@ from redlease.sync.lock import Lock, Locks
 __all__ = ["Interrupted", "register"]
 
 USAGE = (
-    "redlease run NAME [-w SECONDS | -n] [--ttl S] [-E N] [--grace S] [--url URL] -- CMD [ARGS...]"
+    "redlease run NAME [-w SECONDS | -n] [--ttl S] [-E N] [--grace S] [-v] [--url URL] "
+    "[--] CMD [ARGS...]\n       redlease run NAME [options] -c 'SHELL COMMAND'"
 )
+SHELL = "/bin/sh"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGHUP)
 """Signals a terminal sends to its whole foreground process group, the child included."""
@@ -59,15 +65,17 @@ class Interrupted(KeyboardInterrupt):
         self.signum = signum
 
 
-def register(commands: Any) -> None:
-    run = commands.add_parser(
+def register(commands: Any) -> argparse.ArgumentParser:
+    run: argparse.ArgumentParser = commands.add_parser(
         "run",
         usage=USAGE,
         help="run a command while holding a lock (a distributed flock)",
         description="Acquire the lock NAME, run CMD while the lease is renewed, release "
-        "the lock when CMD exits and exit with its status. The command goes after --; it "
-        "is run directly (no shell) with REDLEASE_NAME, REDLEASE_FENCE and REDLEASE_TOKEN "
-        "in its environment.",
+        "the lock when CMD exits and exit with its status. CMD starts at the first word "
+        "after NAME that is not an option (or after --), and is run directly, without a "
+        "shell; -c runs a shell command instead. CMD gets REDLEASE_NAME, REDLEASE_FENCE "
+        "and REDLEASE_TOKEN in its environment. A conflict prints nothing (as flock -n): "
+        "only the exit status tells, unless --verbose.",
         epilog="exit status: CMD's own (128+N if signal N killed it); 1 or -E N when the "
         "lock is held elsewhere (or --wait ran out); 64 usage; 69 server unreachable; 75 "
         "the lease was lost while CMD ran (CMD got SIGTERM, then SIGKILL after --grace); "
@@ -84,6 +92,13 @@ def register(commands: Any) -> None:
         help="wait at most this long for the lock (default: as long as it takes; 0: one try)",
     )
     wait.add_argument("-n", "--nonblock", action="store_true", help="one try: fail at once if held")
+    run.add_argument(
+        "-c",
+        "--command",
+        dest="shell_command",
+        metavar="'SHELL COMMAND'",
+        help=f"run this through {SHELL} -c instead of a CMD (as flock -c)",
+    )
     run.add_argument(
         "--ttl",
         type=positive_float,
@@ -106,39 +121,63 @@ def register(commands: Any) -> None:
         help="after SIGTERM (lease lost) or a forwarded signal, SIGKILL CMD if it is still "
         f"running this much later (default: {DEFAULT_GRACE:g})",
     )
+    run.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="say on stderr why the lock could not be had, or when it was had",
+    )
     add_connection_options(run)
     run.set_defaults(handler=run_locked, takes_command=True)
+    return run
 
 
 def run_locked(args: argparse.Namespace) -> int:
-    command: Sequence[str] = args.child_command or ()
-    if not command:
-        raise UsageError(f"no command to run; usage: {USAGE}")
-    url = required_url(args.url)
+    command = _command(args)
+    reached = reach(required_url(args.url), cluster=args.cluster)
     timeout = 0.0 if args.nonblock else (-1.0 if args.wait is None else args.wait)
     renew = True if args.ttl is not None else None
     try:
         with (
             _Relay() as relay,
-            reachable_server(url, hint=SHARED_HINT) as resolved,
-            Locks(resolved, prefix=args.prefix, cluster=args.cluster) as locks,
+            Locks(reached.url, prefix=args.prefix, cluster=reached.cluster) as locks,
         ):
             lock = locks.lock(args.name, ttl=args.ttl, renew=renew)
+            started = time.monotonic()
             try:
                 lease = lock.acquire(timeout=timeout)
                 relay.forwarding = True
             except LockTimeout as error:
-                print(f"redlease: {error}", file=sys.stderr)
+                if args.verbose:
+                    _say(str(error))
                 return int(args.conflict_exit_code)
             except Interrupted:
                 _release_quietly(lock)
                 raise
+            if args.verbose:
+                _say(
+                    f"got the lock {lock.name!r} (fence {lease.fence}) after "
+                    f"{time.monotonic() - started:.3f} s; running {' '.join(command)}"
+                )
             try:
                 return _Supervisor(args, lock, lease, relay).run(command)
             finally:
                 relay.forwarding = True  # a late signal must not cut the release short
     except Interrupted as interrupted:  # stopped before the command started
         return 128 + interrupted.signum
+
+
+def _command(args: argparse.Namespace) -> list[str]:
+    command: list[str] = list(args.child_command or ())
+    if args.shell_command is not None:
+        if command:
+            raise UsageError(
+                f"give either -c 'SHELL COMMAND' or a command ({command[0]!r}), not both"
+            )
+        return [SHELL, "-c", args.shell_command]
+    if not command:
+        raise UsageError(f"no command to run; usage: {USAGE}")
+    return command
 
 
 class _Relay:
@@ -206,27 +245,33 @@ class _Supervisor:
         self.relay = relay
         self.lost = threading.Event()
         self.reaped = threading.Event()
+        self.loss_told = False
         lease.on_lost(self._on_lost)
 
     def run(self, command: Sequence[str]) -> int:
-        try:
-            if self.relay.pending:  # stopped between the grant and here: do not start
-                return 128 + self.relay.take_signals()[0]
-            status: int = ExitCode.TEMPFAIL  # lost before the command could start
-            if not self.lost.is_set():
-                child = self._start(command)
-                status = child if isinstance(child, int) else self._supervise(child)
-        finally:
-            outcome = self._release()
+        with mute_log(self._is_our_loss):
+            try:
+                if self.relay.pending:  # stopped between the grant and here: do not start
+                    return 128 + self.relay.take_signals()[0]
+                status: int = ExitCode.TEMPFAIL  # lost before the command could start
+                if not self.lost.is_set():
+                    child = self._start(command)
+                    status = child if isinstance(child, int) else self._supervise(child)
+            finally:
+                outcome = self._release()
         if self.lost.is_set() or outcome is ReleaseOutcome.EXPIRED:
-            reason = self.lease.lost_reason or "the lease had ended"
-            print(
-                f"redlease: the lease on {self.lock.name!r} was lost while the command ran "
-                f"({reason}); exiting {ExitCode.TEMPFAIL}",
-                file=sys.stderr,
-            )
+            if not self.loss_told:
+                reason = self.lease.lost_reason or "the lease had ended"
+                _say(
+                    f"the lease on {self.lock.name!r} was lost while the command ran "
+                    f"({reason}); exiting {ExitCode.TEMPFAIL}"
+                )
             return ExitCode.TEMPFAIL
         return status
+
+    def _is_our_loss(self, record: logging.LogRecord) -> bool:
+        """The library's warning about this very lease: the one line we print says it all."""
+        return record.getMessage().startswith(f"lease on lock {self.lock.name!r} lost")
 
     def _start(self, command: Sequence[str]) -> subprocess.Popen[bytes] | int:
         """The running child, or the shell's status for a command that cannot start."""
@@ -260,7 +305,6 @@ class _Supervisor:
     def _supervise(self, child: subprocess.Popen[bytes]) -> int:
         """Wait for the child; forward stop signals; stop it when the lease is lost."""
         kill_at: float | None = None
-        lost_seen = False
         while not self.reaped.is_set():
             now = time.monotonic()
             if kill_at is not None and now >= kill_at:
@@ -278,11 +322,12 @@ class _Supervisor:
                     child.send_signal(signum)
                 if kill_at is None:
                     kill_at = time.monotonic() + self.args.grace
-            if self.lost.is_set() and not lost_seen and not self.reaped.is_set():
-                lost_seen = True
+            if self.lost.is_set() and not self.loss_told and not self.reaped.is_set():
+                self.loss_told = True
                 _say(
                     f"lost the lease on {self.lock.name!r} ({self.lease.lost_reason}); sending "
-                    f"SIGTERM to the command, SIGKILL in {self.args.grace:g} s"
+                    f"SIGTERM to the command (SIGKILL in {self.args.grace:g} s) and exiting "
+                    f"{ExitCode.TEMPFAIL}"
                 )
                 child.terminate()
                 deadline = time.monotonic() + self.args.grace
@@ -325,4 +370,6 @@ def _terminal_reached_child() -> bool:
 
 
 def _say(message: str) -> None:
-    print(f"redlease: {message}", file=sys.stderr, flush=True)
+    """One line on stderr; a reader of stderr that went away must not stop the supervision."""
+    with suppress(BrokenPipeError):
+        print(f"redlease: {message}", file=sys.stderr, flush=True)

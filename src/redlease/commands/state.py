@@ -13,13 +13,14 @@ holding process.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from redlease.keys import LockKeys
 
-__all__ = ["Holder", "LockState", "evict", "names", "parse_token", "snapshot"]
+__all__ = ["Holder", "LockState", "evict", "names", "parse_token", "snapshot", "snapshots"]
 
 SCAN_COUNT = 1000
 QUEUE_SHOWN = 100
@@ -89,10 +90,14 @@ class Holder:
     ttl_s: float | None
 
     def describe(self) -> str:
+        """``host:pid owner`` (``web-3:4121 thread MainThread``), or the token as it is."""
         if self.host is None:
-            return self.token
-        who = f"{self.host} pid {self.pid}" if self.pid is not None else self.host
-        return f"{who} {self.thread}" if self.thread else who
+            return _printable(self.token)
+        who = f"{self.host}:{self.pid}" if self.pid is not None else self.host
+        return _printable(f"{who} {self.thread}" if self.thread else who)
+
+    def as_json(self) -> dict[str, Any]:
+        return {**asdict(self), "label": self.describe()}
 
 
 @dataclass(frozen=True)
@@ -126,25 +131,46 @@ class LockState:
             "kinds": self.kinds,
             "fence": self.fence,
             "waiters": self.waiters,
-            "holders": [asdict(holder) for holder in self.holders],
+            "holders": [holder.as_json() for holder in self.holders],
         }
         if self.latch_count is not None:
             data["latch"] = {"count": self.latch_count, "ttl_s": self.latch_ttl_s}
         if waiting:
-            data["queued"] = [asdict(holder) for holder in self.queued]
+            data["queued"] = [holder.as_json() for holder in self.queued]
         return data
 
 
 def parse_token(token: str) -> tuple[str | None, int | None, str | None]:
     """``<random>|<host>|<pid>|<owner>`` as written by redlease: (host, pid, owner).
 
-    A token from a custom ``token_factory`` without that shape gives ``(None, None, None)``.
+    The owner comes last and is the caller's text (``owner=``, a thread's name), so it may
+    hold ``|`` itself: the token is cut from the left. A token from a custom
+    ``token_factory`` without that shape gives ``(None, None, None)``.
     """
-    parts = token.split("|")
+    parts = token.split("|", 3)
     if len(parts) < 4:
         return None, None, None
-    host, pid, owner = parts[-3], parts[-2], parts[-1]
-    return host, int(pid) if pid.isdigit() else None, owner or None
+    _, host, pid, owner = parts
+    if not pid.isdigit():  # a token_factory that writes "|" itself: cut from the right
+        host, pid, owner = token.rsplit("|", 3)[1:]
+    return host, int(pid) if pid.isdigit() else None, _readable_owner(owner) or None
+
+
+def _readable_owner(owner: str) -> str:
+    """An owner written by an older redlease as ``owner <object object at 0x7f…>``: shorter.
+
+    The default repr of an object is long and says nothing but its address; the type and
+    the address's last six hex digits tell two owners apart just as well.
+    """
+    return _DEFAULT_REPR.sub(lambda found: f"{found[1]}#{found[2][-6:]}", owner)
+
+
+_DEFAULT_REPR = re.compile(r"<(?:[\w.]+\.)?(\w+) object at 0x([0-9a-fA-F]+)>")
+
+
+def _printable(text: str) -> str:
+    """No control characters in a table cell: a newline in an owner must not break a row."""
+    return "".join(char if char.isprintable() else "?" for char in text)
 
 
 def names(client: Any, prefix: str, pattern: str = "*") -> list[str]:
@@ -165,8 +191,21 @@ def names(client: Any, prefix: str, pattern: str = "*") -> list[str]:
 
 def snapshot(client: Any, keys: LockKeys) -> LockState:
     """One consistent reading of every key of ``keys.name``."""
-    reply = client.eval(
-        SNAPSHOT_SCRIPT,
+    return _state(keys, client.eval(SNAPSHOT_SCRIPT, *_snapshot_args(keys)))
+
+
+def snapshots(client: Any, many: list[LockKeys]) -> list[LockState]:
+    """:func:`snapshot` of every name in one pipeline: one round trip (per master)."""
+    if not many:
+        return []
+    pipe = client.pipeline(transaction=False)
+    for keys in many:  # a cluster pipeline has no eval(); it routes EVAL by its keys
+        pipe.execute_command("EVAL", SNAPSHOT_SCRIPT, *_snapshot_args(keys))
+    return [_state(keys, reply) for keys, reply in zip(many, pipe.execute(), strict=True)]
+
+
+def _snapshot_args(keys: LockKeys) -> tuple[Any, ...]:
+    return (
         6,
         keys.lease,
         keys.fence,
@@ -176,6 +215,9 @@ def snapshot(client: Any, keys: LockKeys) -> LockState:
         keys.count,
         QUEUE_SHOWN,
     )
+
+
+def _state(keys: LockKeys, reply: Any) -> LockState:
     (now, lease, lease_pttl, fence, queue_length, queue, shared, writer, writer_pttl) = reply[:9]
     count, count_pttl = reply[9:11]
     queued = [_waiter(_text(entry)) for entry in queue]

@@ -20,7 +20,7 @@ from typing import Generic, TypeVar
 
 from redlease.core.claims import Claim, ExclusiveClaim
 from redlease.core.hooks import ACQUIRED, ERROR, TIMEOUT, AcquireEvent, Hooks, is_silent
-from redlease.core.lease import Lease, LostCallback, ReleaseOutcome
+from redlease.core.lease import Lease, LostCallback, ReleaseOutcome, local_deadline
 from redlease.core.protocol import HANDED_OVER, AcquireRequest, Clock, Grant, release_reason
 from redlease.core.renewal import RenewalSchedule
 from redlease.core.replication import ReplicaAcks
@@ -28,6 +28,8 @@ from redlease.core.subscriptions import PubSubCommands
 from redlease.errors import InvalidArgument, LeaseLost, LockTimeout, NotOwned
 from redlease.keys import DEFAULT_PREFIX, LockKeys, ttl_to_ms, validate_name, validate_prefix
 
+WAIT_FOREVER = -1.0
+"""A lock's default ``timeout``: ``None`` means it too, as it does for ``acquire``."""
 CONTENDED_HINT_S = 1.0
 DEFAULT_REPLICA_TIMEOUT_MS = 1000
 DEFAULT_TTL = 30.0
@@ -56,7 +58,21 @@ class Owner:
     label: str = field(default="", compare=False)
 
     def describe(self) -> str:
-        return f"{self.kind} {self.label or self.ident}"
+        """How the owner reads in messages and in tokens (what ``redlease ls`` shows).
+
+        An ``owner=`` object without a text of its own reads as its type and the last six
+        hex digits of its id (``owner Job#3fa2c0``), not ``<Job object at 0x7f…>``; a long
+        text is cut, since it travels in every token of the owner.
+        """
+        if self.label:
+            return f"{self.kind} {self.label}"
+        ident = self.ident
+        kind = type(ident)
+        if kind.__str__ is object.__str__ and kind.__repr__ is object.__repr__:
+            text = f"{kind.__name__}#{id(ident) & 0xFFFFFF:06x}"
+        else:
+            text = str(ident)
+        return f"{self.kind} {text if len(text) <= 64 else text[:63] + '…'}"
 
 
 class LocksBase:
@@ -85,7 +101,17 @@ class LocksBase:
         self._host = socket.gethostname()
         self._token_tail = self._holder_tail()
         self._keys: dict[str, LockKeys] = {}
+        self.closed = False
+        """Set by ``close()``: no new lease is granted from then on."""
         _clients.add(self)
+
+    def refuse_if_closed(self) -> None:
+        """A closed client must not hand out leases nobody would renew."""
+        if self.closed:
+            raise InvalidArgument(
+                f"this {type(self).__name__} was closed: it takes no new lease (its workers "
+                "are stopped); make a new client"
+            )
 
     def after_fork(self) -> None:
         """In a forked child: forget the parent's leases; its workers start afresh if needed.
@@ -162,14 +188,22 @@ class LocksBase:
         """Record a fresh grant and schedule its renewal before anyone can release it.
 
         ``role`` names the lease for reentrancy (``None``: not reentrant, e.g. a permit).
-        True when the renewal worker must be woken to take the new lease into account.
+        Every lease is watched for its local deadline, renewed or not. True when the
+        renewal worker must be woken to take the new lease into account.
         """
         if role is not None:
             with self._guard:
                 self._held[(role, lease.owner)] = lease
         if not is_silent(self.hooks):
             lease.on_lost(self.hooks.lost)
-        return lease.renewing and self.renewals.register(lease)
+        return self.renewals.register(lease)
+
+    def reschedule(self, lease: Lease, sent_at: float) -> bool:
+        """An ``extend`` sent at ``sent_at`` succeeded: renew and watch by the new TTL.
+
+        True when the renewal worker must be woken to keep the new times.
+        """
+        return self.renewals.reschedule(lease, sent_at)
 
     def forget(self, lease: Lease, role: str | None) -> None:
         """Stop renewing and drop the lease, synchronously, before the release is sent."""
@@ -208,7 +242,7 @@ class LeasedBase(Generic[LocksT]):
         *,
         ttl: float | None = None,
         renew: bool | None = None,
-        timeout: float = -1,
+        timeout: float | None = -1,
         blocking: bool = True,
         owner: Hashable | None = None,
         replicas: int | None = None,
@@ -218,7 +252,7 @@ class LeasedBase(Generic[LocksT]):
         self.name = self.keys.name
         self.ttl_ms = DEFAULT_TTL_MS if ttl is None else ttl_to_ms(ttl)
         self.renew = ttl is None if renew is None else bool(renew)
-        self.timeout = check_timeout(timeout)
+        self.timeout = WAIT_FOREVER if timeout is None else check_timeout(timeout)
         self.blocking = bool(blocking)
         self._explicit_owner = None if owner is None else Owner("owner", owner)
         self.acks = locks.acks if replicas is None else locks.replica_acks(replicas)
@@ -278,8 +312,9 @@ class LeasedBase(Generic[LocksT]):
             owner=owner,
             claim=grant.claim,
             acquired_at=grant.sent_at,
-            expires_at=grant.sent_at + self.ttl_ms / 1000,
+            expires_at=local_deadline(grant.sent_at, self.ttl_ms),
             renewing=self.renew,
+            clock=self.locks.clock,
         )
 
     def _settle(
@@ -306,13 +341,18 @@ class LeasedBase(Generic[LocksT]):
     def _finish_extend(
         self, lease: Lease, ttl_ms: int, result: tuple[bool, float], role: str | None
     ) -> list[LostCallback] | None:
-        """``None`` when extended; otherwise the lost-lease callbacks to fire before raising."""
+        """``None`` when extended; otherwise the lost-lease callbacks to fire before raising.
+
+        A lease that extend found gone stays on the owner's books (no longer renewed), so
+        the owner's ``release`` and block exit report it as ``EXPIRED`` / ``LeaseLost``.
+        """
         extended, sent_at = result
-        if extended:
+        if extended and self.locks.clock() < local_deadline(sent_at, ttl_ms):
             lease.ttl_ms = ttl_ms
-            lease.expires_at = sent_at + ttl_ms / 1000
+            lease.expires_at = local_deadline(sent_at, ttl_ms)
+            self.locks.reschedule(lease, sent_at)
             return None
-        self.locks.forget(lease, role)
+        self.locks.renewals.unregister(lease)
         return lease.mark_lost("extend found the lease gone or owned by another")
 
     @staticmethod

@@ -17,7 +17,8 @@ from redlease.keys import LockKeys
 from redlease.scripts import ScriptName
 
 RELEASE_LATCH_MS = 10_000
-"""How long a release remembers its answer for a retry (the latch key's own TTL)."""
+"""How long a release remembers its answer for a retry (the latch key's own TTL). A give-back
+(a grant the caller will not use) leaves no latch, so its token may be granted again."""
 
 STRING_LEASE, SORTED_SET_LEASE = "s", "z"
 """How ``renew.lua`` finds a lease: a string holding the token, or a scored member."""
@@ -37,8 +38,11 @@ class Claim(Protocol):
     @property
     def channel(self) -> str: ...
 
+    @property
+    def acks(self) -> ReplicaAcks | None: ...
+
     def acquire_op(self, queue_mode: str) -> RunScript: ...
-    def release_op(self, withdraw: bool) -> RunScript: ...
+    def release_op(self, withdraw: bool, *, latch: bool = True) -> RunScript: ...
     def without_acks(self) -> Claim: ...
 
 
@@ -87,13 +91,13 @@ class ExclusiveClaim:
             acks=self.acks,
         )
 
-    def release_op(self, withdraw: bool) -> RunScript:
+    def release_op(self, withdraw: bool, *, latch: bool = True) -> RunScript:
         return RunScript(
             ScriptName.RELEASE,
             (self.keys.lease, self.keys.latch(self.token), self.keys.queue, self.keys.fence),
             (
                 self.token,
-                RELEASE_LATCH_MS,
+                RELEASE_LATCH_MS if latch else 0,
                 self.publish,
                 self.keys.wake_prefix,
                 self.member if withdraw else "",
@@ -134,7 +138,7 @@ class SharedClaim:
     def member(self) -> str:
         return f"{self.mode}:{self.ttl_ms}:{self.token}"
 
-    def _op(self, operation: str, last: str) -> RunScript:
+    def _op(self, operation: str, last: str, latch: bool = True) -> RunScript:
         keys = self.keys
         return RunScript(
             ScriptName.SHARED,
@@ -148,7 +152,7 @@ class SharedClaim:
                 self.publish,
                 keys.wake_prefix,
                 last,
-                RELEASE_LATCH_MS,
+                RELEASE_LATCH_MS if latch else 0,
             ),
             acks=self.acks if operation in ("acquire", "release", "downgrade") else None,
         )
@@ -159,8 +163,8 @@ class SharedClaim:
     def acquire_op(self, queue_mode: str) -> RunScript:
         return self._op("acquire", queue_mode)
 
-    def release_op(self, withdraw: bool) -> RunScript:
-        return self._op("release", self.member if withdraw else "")
+    def release_op(self, withdraw: bool, *, latch: bool = True) -> RunScript:
+        return self._op("release", self.member if withdraw else "", latch)
 
     def downgrade_op(self) -> RunScript:
         return self._op("downgrade", "")

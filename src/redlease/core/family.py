@@ -12,7 +12,7 @@ from typing import TypeVar
 
 from redlease.core.base import LeasedBase, LockBase, LocksBase, Owner
 from redlease.core.claims import Claim, ExclusiveClaim, SharedClaim
-from redlease.core.lease import Lease, LostCallback
+from redlease.core.lease import Lease, LostCallback, local_deadline
 from redlease.errors import InvalidArgument, LockError, NotOwned
 from redlease.keys import LockKeys
 
@@ -41,6 +41,24 @@ class WriteLockBase(LockBase[LocksT]):
 
     role_suffix = WRITE
     kind = "write"
+
+    def __init__(self, locks: LocksT, name: str, **options: object) -> None:
+        super().__init__(locks, name, **options)  # type: ignore[arg-type]
+        self.reader: LockBase[LocksT] | None = None
+        """The read side of the same read-write lock (set by the read-write lock)."""
+        self._downgraded: set[str] = set()
+        """Tokens of write holds downgraded into read holds, not yet released."""
+
+    def _downgraded_reader(self, owner: Owner) -> LockBase[LocksT] | None:
+        """The read side, when ``owner``'s write hold was downgraded into a read hold there:
+        releasing the write side (the end of its ``with`` block) then ends that read hold."""
+        if self.reader is None or self.locks.held(self.role, owner) is not None:
+            return None
+        read = self.locks.held(self.keys.lease + READ, owner)
+        if read is None or read.token not in self._downgraded:
+            return None
+        self._downgraded.discard(read.token)
+        return self.reader
 
     def _claim(self, token: str, publish: str) -> Claim:
         if self.locks.held(self.keys.lease + READ, self._owner()) is not None:
@@ -82,8 +100,10 @@ class WriteLockBase(LockBase[LocksT]):
             acquired_at=lease.acquired_at,
             expires_at=lease.expires_at,
             renewing=lease.renewing,
+            clock=lease.clock,
         )
         self.locks.adopt(read, self.keys.lease + READ)
+        self._downgraded.add(read.token)
         return read, []
 
 
@@ -197,8 +217,9 @@ class MultiLockBase(LeasedBase[LocksT]):
                 owner=owner,
                 claim=claim,
                 acquired_at=sent_at,
-                expires_at=sent_at + self.ttl_ms / 1000,
+                expires_at=local_deadline(sent_at, self.ttl_ms),
                 renewing=self.renew,
+                clock=self.locks.clock,
             )
             self.locks.adopt(lease, None)
             leases.append(lease)

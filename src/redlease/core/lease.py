@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -14,6 +15,25 @@ if TYPE_CHECKING:
 logger = logging.getLogger("redlease")
 
 LostCallback = Callable[["Lease"], object]
+
+DRIFT_FACTOR = 0.01
+DRIFT_FLOOR_MS = 2
+PAST_DEADLINE = "the lease reached its local deadline without a confirmed renewal"
+
+
+def drift_ms(ttl_ms: int) -> float:
+    """How much earlier than the server a client counts a lease as over: the two clocks
+    may run at slightly different rates (1 % of the TTL, plus 2 ms)."""
+    return ttl_ms * DRIFT_FACTOR + DRIFT_FLOOR_MS
+
+
+def local_deadline(sent_at: float, ttl_ms: int) -> float:
+    """When a lease granted or renewed by a request sent at ``sent_at`` must count as over.
+
+    The server starts the TTL when the request arrives, which is after ``sent_at``; minus
+    the drift allowance, no other client can hold the lock before this moment.
+    """
+    return sent_at + (ttl_ms - drift_ms(ttl_ms)) / 1000
 
 
 class ReleaseOutcome(enum.Enum):
@@ -38,8 +58,10 @@ class Lease:
     partitioned) from doing harm.
 
     ``expires_at`` is a conservative local deadline on the monotonic clock: the time the
-    grant (or the last renewal) was *sent* plus the TTL. The server forgets the lease no
-    earlier than that.
+    grant (or the last renewal) was *sent* plus the TTL, minus a drift allowance (1 % of
+    the TTL plus 2 ms). The server forgets the lease no earlier than that, and from that
+    moment on the lease counts as lost (``lost`` is true) unless a renewal sent before it
+    was confirmed in time.
     """
 
     name: str
@@ -52,13 +74,21 @@ class Lease:
     expires_at: float
     renewing: bool
     count: int = 1
-    lost_reason: str | None = None
     renewals: int = 0
+    clock: Callable[[], float] = field(default=time.monotonic, repr=False)
+    _reason: str | None = field(default=None, init=False)
     _callbacks: list[LostCallback] = field(default_factory=list, repr=False)
 
     @property
     def lost(self) -> bool:
-        return self.lost_reason is not None
+        """True once the lease was found lost, or its local deadline passed unconfirmed."""
+        return self._reason is not None or self.clock() >= self.expires_at
+
+    @property
+    def lost_reason(self) -> str | None:
+        if self._reason is not None:
+            return self._reason
+        return PAST_DEADLINE if self.clock() >= self.expires_at else None
 
     @property
     def ttl(self) -> float:
@@ -66,16 +96,24 @@ class Lease:
 
     def on_lost(self, callback: LostCallback) -> None:
         """Call ``callback(lease)`` once when the lease is found lost (at once if it is)."""
-        if self.lost:
-            _call_safely(callback, self)
-        else:
+        if self._reason is None and not self.lost:
             self._callbacks.append(callback)
+            return
+        for pending in self.mark_lost(PAST_DEADLINE):
+            _call_safely(pending, self)
+        _call_safely(callback, self)
 
     def mark_lost(self, reason: str) -> list[LostCallback]:
-        """Record the loss once; return the callbacks the caller must now run."""
-        if self.lost:
+        """Record the loss once; return the callbacks the caller must now run.
+
+        A loss first seen at the local deadline takes the more telling reason found later
+        (the release saw another owner), without running the callbacks again.
+        """
+        if self._reason is not None:
+            if self._reason == PAST_DEADLINE:
+                self._reason = reason
             return []
-        self.lost_reason = reason
+        self._reason = reason
         logger.warning("lease on lock %r lost: %s (fence %d)", self.name, reason, self.fence)
         callbacks, self._callbacks = self._callbacks, []
         return callbacks

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -18,13 +19,21 @@ class RunScript:
     args: Sequence[str | int]
     acks: ReplicaAcks | None = None
     """Replicas that must confirm this lock write (see :mod:`redlease.core.replication`)."""
+    idempotent: bool = True
+    """Whether running it twice answers as running it once (the lock scripts are, by their
+    tokens and latches), so a call lost with its connection may be sent again."""
 
 
 @dataclass(frozen=True)
 class Subscribe:
-    """Start listening for wake-ups on a channel; done once the server confirmed it."""
+    """Start listening for wake-ups on a channel; done once the server confirmed it.
+
+    The driver answers True once confirmed, False when no confirmation came within
+    ``seconds`` (the caller's remaining time, or the notifier's own limit).
+    """
 
     channel: str
+    seconds: float = math.inf
 
 
 @dataclass(frozen=True)

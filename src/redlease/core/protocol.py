@@ -13,12 +13,11 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
-from redis.exceptions import AuthenticationError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-
+from redlease.compat import AuthenticationErrors, ConnectionErrors, TimeoutErrors
 from redlease.core.claims import Claim
+from redlease.core.lease import local_deadline
 from redlease.core.ops import Operation, RunScript, Subscribe, Wait
+from redlease.core.replication import ReplicaShortfall
 from redlease.errors import (
     AuthenticationFailed,
     FenceExhausted,
@@ -33,12 +32,14 @@ from redlease.scripts import ScriptName
 Clock = Callable[[], float]
 Flow = Generator[Operation, Any, Any]
 
-NETWORK_ERRORS = (RedisConnectionError, RedisTimeoutError)
+NETWORK_ERRORS: tuple[type[Exception], ...] = (*ConnectionErrors, *TimeoutErrors)
 EXPIRY_SLACK_S = 0.002
 """Added to a holder's remaining TTL when waiting on it, so the retry finds it expired."""
 
-NOT_QUEUED, JOIN_QUEUE, IN_QUEUE = "0", "1", "2"
+NOT_QUEUED, QUEUED = "0", "1"
 """How an acquire attempt treats the waiter queue (see ``acquire.lua``)."""
+SUBSCRIBE_TIMEOUT_S = 10.0
+"""The longest a waiter waits for the server to confirm its subscription."""
 
 RELEASE_ATTEMPTS = 3
 RELEASED, HANDED_OVER, EXPIRED, TAKEN_OVER = 1, 2, -1, -2
@@ -101,7 +102,7 @@ class Grant:
 def unavailable(keys: LockKeys, action: str, exc: BaseException) -> LockError:
     """The error for a failed round trip: unreachable, or (a redis-py ConnectionError too)
     our credentials refused."""
-    if isinstance(exc, AuthenticationError):
+    if isinstance(exc, AuthenticationErrors):
         return AuthenticationFailed(
             f"could not {action} lock {keys.name!r}: the server refused our credentials ({exc})"
         )
@@ -113,6 +114,14 @@ def refused(operation: RunScript, exc: BaseException) -> ServerRefused:
     return ServerRefused(f"the server refused a lock command on {where!r}: {exc}")
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """Another owner holds the lock: how long to wait at most, and the server's clock."""
+
+    wait_s: float
+    anchor: ServerAnchor
+
+
 def acquire_flow(request: AcquireRequest, clock: Clock) -> Flow:
     """Try at once; if blocking, subscribe, try again (now queued), then wait for a hand-off.
 
@@ -120,56 +129,153 @@ def acquire_flow(request: AcquireRequest, clock: Clock) -> Flow:
     that picks it always finds it listening, and a release that lands between the first
     try and the queueing is seen by the second try. A hand-off message means the lease is
     already ours (the release granted it to our token); every wait is also capped by the
-    blockers' remaining TTL, since an expiry hands nothing to anybody. A waiter that gives
-    up withdraws from the queue, and passes on whatever was handed to it meanwhile.
+    time the current lease can end, since an expiry hands nothing to anybody, and every
+    retry puts the waiter back in the queue if a fault dropped it there. A grant is only
+    returned while it is alive by its local deadline (a waiter paused while its lease ran
+    gives it back and keeps waiting), and, with ``replicas=N``, once N replicas confirmed
+    it: a hand-off included. A waiter that gives up withdraws from the queue, and passes
+    on whatever was handed to it meanwhile.
     """
     claim = request.claim
     deadline = math.inf if request.timeout is None else clock() + request.timeout
     anchor: ServerAnchor | None = None
     queue = NOT_QUEUED
     if request.contended and request.blocking:
-        yield Subscribe(claim.channel)
-        queue = JOIN_QUEUE
+        if not (yield from _subscribe(claim, deadline, clock)):
+            return None
+        queue = QUEUED
     while True:
-        sent_at = clock()
-        try:
-            reply = yield claim.acquire_op(queue)
-        except NETWORK_ERRORS as exc:
-            raise unavailable(claim.keys, "acquire", exc) from exc
-        status, value = int(reply[0]), reply[1]
-        if status == 1:
-            return Grant(claim, int(value), sent_at)
-        if status == -1:
-            raise WrongKeyType(claim.keys.lease, _text(value), "string with an expiry (a lease)")
-        if status == -2:
-            raise _fence_error(claim.keys, _text(value))
-        wait_ms = int(value)
-        if len(reply) > 2:
-            anchor = ServerAnchor(sent_at, int(reply[2]))
+        attempt = yield from _attempt(claim, queue, clock)
+        if isinstance(attempt, Grant):
+            return attempt
+        if attempt is not None:
+            anchor = attempt.anchor
         remaining = deadline - clock()
         if not request.blocking or remaining <= 0:
             if queue != NOT_QUEUED:
-                yield from release_flow(claim, withdraw=True)
+                yield from release_flow(claim.without_acks(), withdraw=True)
             return None
         if queue == NOT_QUEUED:
-            yield Subscribe(claim.channel)
-            queue = JOIN_QUEUE
+            if not (yield from _subscribe(claim, deadline, clock)):
+                return None
+            queue = QUEUED
             continue
-        queue = IN_QUEUE
-        handoff = yield Wait(min(remaining, wait_ms / 1000 + EXPIRY_SLACK_S))
+        if attempt is None:
+            continue  # a grant that was over on arrival was given back: ask again
+        handoff = yield Wait(min(remaining, attempt.wait_s))
         if handoff is not None:
-            granted = handoff.received_at if anchor is None else anchor.grant_time(handoff)
-            return Grant(claim, handoff.fence, granted)
+            grant = yield from _take_handoff(claim, handoff, anchor, clock)
+            if grant is not None:
+                return grant
 
 
-def release_flow(claim: Claim, *, withdraw: bool = False, attempts: int = RELEASE_ATTEMPTS) -> Flow:
+def _attempt(claim: Claim, queue: str, clock: Clock) -> Flow:
+    """One acquire script call: a live :class:`Grant`, a :class:`Refusal`, or ``None`` when
+    the grant was already over on arrival (it was given back)."""
+    sent_at = clock()
+    operation = claim.acquire_op(queue)
+    try:
+        reply = yield operation
+    except NETWORK_ERRORS as exc:
+        raise unavailable(claim.keys, "acquire", exc) from exc
+    except ReplicaShortfall as short:
+        if int(short.reply[0]) == 1:
+            raise
+        reply = short.reply  # a refusal wrote only the queue: nothing to confirm
+    status, value = int(reply[0]), reply[1]
+    if status == 1:
+        grant = Grant(claim, int(value), sent_at)
+        if alive(grant, clock()):
+            return grant
+        yield from give_back(claim)
+        return None
+    if status == -1:
+        raise _foreign(operation, reply)
+    if status == -2:
+        raise fence_error(claim.keys, text_of(value))
+    return Refusal(int(value) / 1000 + EXPIRY_SLACK_S, ServerAnchor(sent_at, int(reply[2])))
+
+
+def _take_handoff(
+    claim: Claim, handoff: Handoff, anchor: ServerAnchor | None, clock: Clock
+) -> Flow:
+    """The grant a hand-off message carried, once confirmed alive; ``None`` to keep waiting."""
+    granted = handoff.received_at if anchor is None else anchor.grant_time(handoff)
+    grant = Grant(claim, handoff.fence, granted)
+    if claim.acks is not None:
+        confirmed = yield from _confirm_handoff(claim, clock)
+        if confirmed is None:
+            return None  # the handed lease ended before the replicas could confirm it
+        grant = Grant(claim, handoff.fence, max(granted, confirmed))
+    if alive(grant, clock()):
+        return grant
+    yield from give_back(claim)
+    return None
+
+
+def alive(grant: Grant, now: float) -> bool:
+    """Whether a grant is still alive by its local deadline (see :func:`local_deadline`)."""
+    return now < local_deadline(grant.sent_at, grant.claim.ttl_ms)
+
+
+def _subscribe(claim: Claim, deadline: float, clock: Clock) -> Flow:
+    """Listen on the waiter's channel; False when the caller's time ran out first."""
+    remaining = deadline - clock()
+    confirmed = yield Subscribe(claim.channel, min(remaining, SUBSCRIBE_TIMEOUT_S))
+    if confirmed:
+        return True
+    if clock() >= deadline:
+        return False
+    raise ServerUnavailable(
+        f"could not wait for lock {claim.keys.name!r}: the server did not confirm the "
+        f"subscription to its wake-up channel within {SUBSCRIBE_TIMEOUT_S:g} s"
+    )
+
+
+def _confirm_handoff(claim: Claim, clock: Clock) -> Flow:
+    """With ``replicas=N``: make the handed lease a write of our own and wait for N replicas.
+
+    WAIT counts this connection's writes, and the hand-off was the releaser's; refreshing
+    the lease's TTL is a write whose acknowledgement covers everything before it. Returns
+    when it was sent, or ``None`` when the lease was already gone. Too few confirmations
+    raise :class:`ReplicaShortfall` (the caller gives the lease back: ``NotReplicated``).
+    """
+    sent_at = clock()
+    try:
+        reply = yield RunScript(
+            ScriptName.RENEW,
+            (claim.renew_key,),
+            (claim.renew_kind, claim.token, claim.ttl_ms),
+            acks=claim.acks,
+        )
+    except NETWORK_ERRORS as exc:
+        raise unavailable(claim.keys, "acquire", exc) from exc
+    return sent_at if int(reply[0]) == 1 else None
+
+
+def give_back(claim: Claim) -> Flow:
+    """Release a grant the caller will not use, leaving no latch: its token may be granted
+    again on the next try. Best effort: a lost reply is retried, a failure ignored."""
+    try:
+        yield from release_flow(claim.without_acks(), latch=False)
+    except LockError:
+        return
+
+
+def release_flow(
+    claim: Claim,
+    *,
+    withdraw: bool = False,
+    attempts: int = RELEASE_ATTEMPTS,
+    latch: bool = True,
+) -> Flow:
     """Release (handing on to the first live waiter), retrying only a lost reply.
 
     With ``withdraw`` the caller is a waiter giving up: it leaves the queue first, and
     whatever was handed to it meanwhile is passed on. Returns the script's code:
     :data:`RELEASED`, :data:`HANDED_OVER`, :data:`EXPIRED` or :data:`TAKEN_OVER`.
     """
-    operation = claim.release_op(withdraw)
+    operation = claim.release_op(withdraw, latch=latch)
     for attempt in range(1, attempts + 1):
         try:
             reply = yield operation
@@ -211,84 +317,36 @@ def release_reason(code: int) -> str | None:
     return "the lease had expired (or was deleted) before the release"
 
 
-def _fence_error(keys: LockKeys, message: str) -> Exception:
+def fence_error(keys: LockKeys, message: str) -> Exception:
     if "overflow" in message:
         return FenceExhausted(
             f"fencing counter {keys.fence!r} of lock {keys.name!r} is at its maximum; "
             "no further grant can carry a larger token"
         )
+    if "vanished" in message:
+        return WrongKeyType(keys.fence, "nothing (it was deleted)", "integer counter")
     return WrongKeyType(keys.fence, message, "integer counter")
 
 
-def _text(value: object) -> str:
+EXPECTED_TYPES = {
+    ScriptName.ACQUIRE: ("string with an expiry (a lease)", "integer counter", "list (a queue)"),
+    ScriptName.SHARED: (
+        "sorted set (the holders)",
+        "string with an expiry (a writer)",
+        "list (a queue)",
+    ),
+}
+
+
+def _foreign(operation: RunScript, reply: list[Any]) -> WrongKeyType:
+    """The error for a ``{-1, type, key index}`` reply: another program's value is there."""
+    index = int(reply[2]) if len(reply) > 2 else 1
+    expected = EXPECTED_TYPES.get(operation.script, ("lease",) * 3)[index - 1]
+    return WrongKeyType(operation.keys[index - 1], text_of(reply[1]), expected)
+
+
+def text_of(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def multi_acquire_flow(
-    claims: list[Claim], atomic: bool, request: AcquireRequest, clock: Clock
-) -> Flow:
-    """Take every claim or none: ``(fences in the claims' order, sent_at)``, or ``None``.
-
-    Claims come sorted by name: that is the global order every multi-lock follows. With
-    ``atomic`` (one server, or one slot) a single script takes all of them when all are
-    free. Otherwise, or while some are busy, the flow blocks on the first busy lock in
-    order, holding only locks that come before it (it lets go of later ones first), so two
-    multi-locks can never wait on each other. A timeout gives everything back.
-    """
-    deadline = math.inf if request.timeout is None else clock() + request.timeout
-    fences: dict[int, int] = {}
-    granted_at: dict[int, float] = {}
-    while True:
-        busy = next((index for index in range(len(claims)) if index not in fences), 0)
-        if atomic:
-            sent_at = clock()
-            try:
-                reply = yield _multi_op(claims)
-            except NETWORK_ERRORS as exc:
-                yield from _give_back(claims, fences)
-                raise unavailable(claims[0].keys, "acquire", exc) from exc
-            status = int(reply[0])
-            if status == 1:
-                return [int(f) or fences[i] for i, f in enumerate(reply[1:])], sent_at
-            if status == -1:
-                yield from _give_back(claims, fences)
-                index = int(reply[1]) - 1
-                raise WrongKeyType(claims[index].keys.lease, _text(reply[2]), "lease string")
-            busy = int(reply[1]) - 1
-        remaining = deadline - clock()
-        if atomic and (not request.blocking or remaining <= 0):
-            yield from _give_back(claims, fences)
-            return None
-        later = {index: fence for index, fence in fences.items() if index > busy}
-        yield from _give_back(claims, later)
-        for index in later:
-            del fences[index]
-            granted_at.pop(index, None)
-        step = AcquireRequest(
-            claims[busy],
-            blocking=request.blocking and remaining > 0,
-            timeout=None if math.isinf(remaining) else max(remaining, 0.0),
-        )
-        grant = yield from acquire_flow(step, clock)
-        if grant is None:
-            yield from _give_back(claims, fences)
-            return None
-        fences[busy] = grant.fence
-        granted_at[busy] = grant.sent_at
-        if not atomic and len(fences) == len(claims):
-            return [fences[index] for index in range(len(claims))], min(granted_at.values())
-
-
-def _multi_op(claims: list[Claim]) -> RunScript:
-    keys: list[str] = []
-    for claim in claims:
-        keys += [claim.keys.lease, claim.keys.fence]
-    return RunScript(ScriptName.MULTI_ACQUIRE, keys, (claims[0].token, claims[0].ttl_ms))
-
-
-def _give_back(claims: list[Claim], held: dict[int, int]) -> Flow:
-    for index in sorted(held, reverse=True):
-        yield from release_flow(claims[index])
 
 
 def latch_wait_flow(
@@ -304,7 +362,10 @@ def latch_wait_flow(
         if remaining <= 0:
             return False
         if not subscribed:
-            yield Subscribe(channel)
+            if not (yield Subscribe(channel, min(remaining, SUBSCRIBE_TIMEOUT_S))):
+                if clock() >= deadline:
+                    return False
+                raise ServerUnavailable(f"the subscription to {channel!r} was not confirmed")
             subscribed = True
             continue
         yield Wait(min(remaining, LATCH_RECHECK_S))

@@ -2,7 +2,9 @@
 
 A Redlock lease is granted when a majority of independent masters granted it and time is
 left: ``validity = ttl - elapsed - drift`` with ``drift = ttl * 1% + 2 ms`` (the Redis
-documentation's algorithm). Nothing here does I/O.
+documentation's algorithm), and, for the fence never to go back, once a majority holds a
+counter at least as large as the fence handed out (any later majority shares a master
+with that one). Nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -10,30 +12,29 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from redlease.core.lease import drift_ms
 from redlease.core.protocol import NETWORK_ERRORS
 from redlease.errors import LockError
-
-DRIFT_FACTOR = 0.01
-DRIFT_FLOOR_MS = 2
 
 
 def quorum(masters: int) -> int:
     return masters // 2 + 1
 
 
-def drift_ms(ttl_ms: int) -> float:
-    return ttl_ms * DRIFT_FACTOR + DRIFT_FLOOR_MS
-
-
 @dataclass(frozen=True)
 class Tally:
     """The masters' answers to one round: grants (with fences), refusals, errors."""
 
-    fences: list[int]
+    granted_by: list[int | None]
+    """Per master, in order: the fence it granted, or ``None``."""
     refused_ms: list[int]
     """Remaining TTL reported by each master that refused (another holder's lease)."""
     errors: list[BaseException]
     masters: int
+
+    @property
+    def fences(self) -> list[int]:
+        return [fence for fence in self.granted_by if fence is not None]
 
     @property
     def reachable(self) -> int:
@@ -42,6 +43,29 @@ class Tally:
     def granted(self, elapsed_ms: float, ttl_ms: int) -> bool:
         return len(self.fences) >= quorum(self.masters) and validity_ms(elapsed_ms, ttl_ms) > 0
 
+    def behind(self) -> list[int]:
+        """The masters whose counter is not known to be at the round's fence yet: each must
+        be raised to it before a majority can vouch for it."""
+        fence = max(self.fences)
+        return [index for index, drawn in enumerate(self.granted_by) if drawn != fence]
+
+    def confirmed(self, raised: dict[int, object]) -> int:
+        """How many masters now hold a counter at least the round's fence: those that drew
+        it, and those whose raise (the fence-floor script) answered with it or more."""
+        fence = max(self.fences)
+        drawn = sum(1 for granted in self.granted_by if granted == fence)
+        lifted = sum(1 for reply in raised.values() if _at_least(reply, fence))
+        return drawn + lifted
+
+
+def _at_least(reply: object, fence: int) -> bool:
+    if isinstance(reply, (bytes, str, int)) and not isinstance(reply, bool):
+        try:
+            return int(reply) >= fence
+        except ValueError:
+            return False
+    return False
+
 
 def validity_ms(elapsed_ms: float, ttl_ms: int) -> float:
     return ttl_ms - elapsed_ms - drift_ms(ttl_ms)
@@ -49,21 +73,23 @@ def validity_ms(elapsed_ms: float, ttl_ms: int) -> float:
 
 def tally_acquire(replies: Sequence[object]) -> Tally:
     """Sort acquire-script replies (or the exceptions raised instead) by meaning."""
-    fences: list[int] = []
+    granted: list[int | None] = []
     refused: list[int] = []
     errors: list[BaseException] = []
     for reply in replies:
+        fence = None
         if isinstance(reply, BaseException):
             if not isinstance(reply, (*NETWORK_ERRORS, LockError)):
                 raise reply
             errors.append(reply)
         elif isinstance(reply, list) and int(reply[0]) == 1:
-            fences.append(int(reply[1]))
+            fence = int(reply[1])
         elif isinstance(reply, list) and int(reply[0]) == 0:
             refused.append(int(reply[1]))
         else:
             errors.append(LockError(f"unexpected reply {reply!r}"))
-    return Tally(fences, refused, errors, len(replies))
+        granted.append(fence)
+    return Tally(granted, refused, errors, len(replies))
 
 
 def quorum_answer(answers: Sequence[bool | None]) -> bool | None:

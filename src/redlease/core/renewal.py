@@ -1,8 +1,10 @@
 """When each held lease is renewed, how renewals batch, and what a failed one means.
 
 One schedule per client; its driver (a thread or a task) asks :meth:`RenewalSchedule.take_due`
-for everything worth renewing now, sends it in as few round trips as it can, and hands the
-answers back to :meth:`RenewalSchedule.settle`. Leases are renewed at a third of their TTL;
+for everything worth renewing now, sends it in as few round trips as it can (a round that
+cannot end before the soonest local deadline is cut short), and hands the answers back to
+:meth:`RenewalSchedule.settle`; leases whose deadline came are given up by
+:meth:`RenewalSchedule.expire`. Leases are renewed at a third of their TTL;
 anything due within the next sixth is taken along, so leases taken at nearby moments
 share round trips instead of each costing its own.
 """
@@ -15,7 +17,7 @@ from collections.abc import Sequence
 
 from redis.crc import key_slot
 
-from redlease.core.lease import Lease, LostCallback
+from redlease.core.lease import PAST_DEADLINE, Lease, LostCallback, local_deadline
 from redlease.core.ops import RunScript
 from redlease.scripts import ScriptName
 
@@ -26,10 +28,16 @@ BATCH_SIZE = 500
 
 
 class RenewalSchedule:
-    """The leases a client renews, and when each is due. Thread-safe, clock-agnostic."""
+    """The leases a client holds: when each renewing one is renewed, and when any is over.
+
+    Every held lease is watched for its local deadline (``Lease.expires_at``), renewed or
+    not, so its holder is told by that moment: a lease whose renewal was not confirmed by
+    then is lost, whatever the socket timeouts say. Thread-safe, clock-agnostic.
+    """
 
     def __init__(self) -> None:
         self._due: dict[Lease, float] = {}
+        """Each watched lease and when it is next renewed (``inf``: never, only watched)."""
         self._guard = threading.Lock()
         self._planned = math.inf
 
@@ -37,53 +45,94 @@ class RenewalSchedule:
         return len(self._due)
 
     def register(self, lease: Lease) -> bool:
-        """Schedule a lease; True when it is due before the worker planned to wake."""
+        """Watch a lease (and renew it if it renews); True when the worker must wake sooner."""
+        return self.reschedule(lease, lease.acquired_at, add=True)
+
+    def reschedule(self, lease: Lease, sent_at: float, *, add: bool = False) -> bool:
+        """After a grant or an ``extend`` sent at ``sent_at``: when to renew, when it is over.
+
+        True when the worker must be woken to keep the new times.
+        """
         with self._guard:
-            due = self._due[lease] = lease.acquired_at + lease.ttl / 3
-            return due < self._planned
+            if not add and lease not in self._due:
+                return False
+            due = self._due[lease] = sent_at + lease.ttl / 3 if lease.renewing else math.inf
+            return min(due, lease.expires_at) < self._planned
+
+    def leases(self) -> list[Lease]:
+        """Every lease watched now."""
+        with self._guard:
+            return list(self._due)
 
     def unregister(self, lease: Lease) -> None:
-        """Stop renewing at once; a renewal already in flight is ignored when it lands."""
+        """Stop watching at once; a renewal already in flight is ignored when it lands."""
         with self._guard:
             self._due.pop(lease, None)
 
     def next_wakeup(self, now: float) -> float:
         """When the worker should next look; it remembers this to know when to be woken.
 
-        With nothing due it still looks every :data:`IDLE_LOOK_S`, so a lease registered
-        later and due after that needs no wake-up: a short-lived default lease (taken and
-        released within seconds, the common case) costs the worker nothing.
+        It looks at least every :data:`IDLE_LOOK_S`, so a lease registered later whose
+        renewal and deadline both fall after that needs no wake-up: a short-lived lease
+        (taken and released within a second, the common case) costs the worker nothing.
         """
         with self._guard:
-            self._planned = min(self._due.values(), default=now + IDLE_LOOK_S)
+            soonest = min(
+                (min(due, lease.expires_at) for lease, due in self._due.items()),
+                default=math.inf,
+            )
+            self._planned = min(soonest, now + IDLE_LOOK_S)
             return self._planned
+
+    def earliest_deadline(self) -> float:
+        """The soonest local deadline of any watched lease: a renewal round must end by then."""
+        with self._guard:
+            return min((lease.expires_at for lease in self._due), default=math.inf)
 
     def take_due(self, now: float) -> list[Lease]:
         with self._guard:
-            return [lease for lease, due in self._due.items() if due - lease.ttl / 6 <= now]
+            return [
+                lease
+                for lease, due in self._due.items()
+                if due - lease.ttl / 6 <= now < lease.expires_at
+            ]
+
+    def expire(self, now: float) -> list[tuple[Lease, list[LostCallback]]]:
+        """Leases whose local deadline has come: no longer watched, marked lost."""
+        with self._guard:
+            over = [lease for lease in self._due if lease.expires_at <= now]
+            for lease in over:
+                del self._due[lease]
+            return [(lease, lease.mark_lost(PAST_DEADLINE)) for lease in over]
 
     def settle(
         self, batch: Sequence[Lease], answers: Sequence[bool | None], sent_at: float, now: float
     ) -> list[tuple[Lease, list[LostCallback]]]:
-        """Apply renewal answers (``None`` = no answer); return the callbacks of lost leases."""
+        """Apply renewal answers (``None`` = no answer); return the callbacks of lost leases.
+
+        A renewal confirmed after the lease's local deadline does not revive it: from that
+        deadline on the holder was already told the lease is lost.
+        """
         lost: list[tuple[Lease, list[LostCallback]]] = []
         with self._guard:
             for lease, answer in zip(batch, answers, strict=True):
                 if lease not in self._due:
                     continue
-                if answer:
-                    lease.expires_at = sent_at + lease.ttl
+                in_time = now < lease.expires_at
+                if answer and in_time:
+                    lease.expires_at = local_deadline(sent_at, lease.ttl_ms)
                     lease.renewals += 1
                     self._due[lease] = sent_at + lease.ttl / 3
                     continue
-                if answer is None and now < lease.expires_at:
+                if answer is None and in_time:
                     self._due[lease] = now + min(RETRY_AFTER_ERROR_S, lease.ttl / 10)
                     continue
-                reason = (
-                    "renewal found the lease gone or owned by another"
-                    if answer is False
-                    else "the server could not be reached before the lease ran out"
-                )
+                if answer is False:
+                    reason = "renewal found the lease gone or owned by another"
+                elif answer:
+                    reason = PAST_DEADLINE
+                else:
+                    reason = "the server could not be reached before the lease's local deadline"
                 del self._due[lease]
                 lost.append((lease, lease.mark_lost(reason)))
         return lost

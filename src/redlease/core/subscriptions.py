@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
+from redlease.compat import NoPermissionErrors
 from redlease.core.protocol import Handoff
 
 W = TypeVar("W")
@@ -28,6 +29,28 @@ class PubSubCommands:
     @property
     def unsubscribe(self) -> str:
         return "SUNSUBSCRIBE" if self.sharded else "UNSUBSCRIBE"
+
+
+def is_denied(error: BaseException) -> bool:
+    """Whether a server error is an ACL refusal (no permission), not a missing command."""
+    return isinstance(error, NoPermissionErrors) or str(error).startswith("NOPERM")
+
+
+def has_sharded_pubsub(info: dict[str, Any]) -> bool:
+    """From ``INFO server``: Valkey, or Redis 7.0 and newer."""
+    if "valkey_version" in info or str(info.get("server_name", "")).lower() == "valkey":
+        return True
+    major = str(info.get("redis_version", "0")).split(".")[0]
+    return major.isdigit() and int(major) >= 7
+
+
+def refusal(channel: str, error: BaseException) -> str:
+    """What to tell a waiter whose subscription the server refused."""
+    return (
+        f"the server refused to subscribe to {channel!r}, which a waiting acquire needs "
+        f"({error}); give the user pub/sub permission (e.g. ACL +@pubsub and channel access "
+        "&<prefix>:*), or do not wait (timeout=0, try_acquire)"
+    )
 
 
 MESSAGE_KINDS = frozenset({b"message", b"smessage"})

@@ -1,4 +1,4 @@
-"""The seeds' scenarios as runnable programs, one module each, found by the CLI here.
+"""The demos of ``redlease demo``: four problems a lock solves, one module each.
 
 To add a demo, write a module that builds a :class:`~redlease.demos.base.Demo` and list
 it in :data:`DEMOS`; ``redlease demo <name>`` then offers it with its own options.

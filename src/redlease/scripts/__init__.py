@@ -1,4 +1,8 @@
-"""The server-side scripts, one ``.lua`` file each, read once at import."""
+"""The server-side scripts, one ``.lua`` file each, read once at import.
+
+The lock scripts share helpers (fences as exact decimal strings, the server's clock, queue
+membership) kept once in ``lib.lua``, which is put before each of them.
+"""
 
 from __future__ import annotations
 
@@ -25,8 +29,18 @@ class ScriptName(enum.Enum):
         return SHAS[self]
 
 
+WITH_LIBRARY = frozenset(
+    {ScriptName.ACQUIRE, ScriptName.RELEASE, ScriptName.SHARED, ScriptName.MULTI_ACQUIRE}
+)
+
+
+def _read(name: str) -> str:
+    return files(__package__).joinpath(f"{name}.lua").read_text(encoding="utf-8")
+
+
+_LIBRARY = _read("lib")
 SOURCES: dict[ScriptName, str] = {
-    name: files(__package__).joinpath(f"{name.value}.lua").read_text(encoding="utf-8")
+    name: (_LIBRARY + _read(name.value)) if name in WITH_LIBRARY else _read(name.value)
     for name in ScriptName
 }
 SHAS: dict[ScriptName, str] = {

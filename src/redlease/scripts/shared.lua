@@ -9,21 +9,31 @@
 -- ARGV[3] token, ARGV[4] ttl in ms,
 -- ARGV[5] capacity: most shared holders at once (0 = no limit, as for readers)
 -- ARGV[6] 'publish' or 'spublish', ARGV[7] wake-up channel prefix
--- ARGV[8] acquire: '0' not queued | '1' join the queue if blocked | '2' already queued;
+-- ARGV[8] acquire: '0' not queued | '1' queued (an entry that was dropped is put back);
 --         release: a queue member to withdraw first ('' for none)
--- ARGV[9] release latch ttl in ms
+-- ARGV[9] release latch ttl in ms ('0': a give-back, no latch)
 -- The queue is served strictly in order and a newcomer never passes a waiting one, so a
--- writer waiting behind readers keeps new readers out: writers cannot starve.
--- acquire returns {1, fence} | {0, ms until a blocker may end, server ms}; hand-off
--- messages carry '<fence>:<server ms>' (see acquire.lua); release returns 1 released
--- | 2 released and handed on | -1 the lease had already ended; downgrade returns 1 | -1;
--- available returns the free shared places (capacity - holders), or -1 without capacity;
--- count returns how many shared holders there are.
+-- writer waiting behind readers keeps new readers out: writers cannot starve. A waiter's
+-- entry is only popped once its fence is drawn and its message sent (see release.lua).
+-- acquire returns {1, fence} | {0, ms to wait at most, server ms} (see acquire.lua)
+-- | {-1, type, key index} a foreign value | {-2, message} the fence counter fails;
+-- hand-off messages carry '<fence>:<server ms>'; fences are decimal strings (lib.lua).
+-- release returns 1 released | 2 released and handed on | -1 the lease had already ended;
+-- downgrade returns 1 | -1; available returns the free shared places (capacity - holders),
+-- or -1 without capacity; count returns how many shared holders there are.
 local holders, writer, queue, fence_key, latch = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local op, mode, token, ttl = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local capacity = tonumber(ARGV[5])
-local t = redis.call('time')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local now = server_ms()
+
+local holders_type = redis.call('type', holders).ok
+if holders_type ~= 'none' and holders_type ~= 'zset' then
+  return {-1, holders_type, 1}
+end
+local writer_type = redis.call('type', writer).ok
+if writer_type ~= 'none' and writer_type ~= 'string' then
+  return {-1, writer_type, 2}
+end
 redis.call('zremrangebyscore', holders, '-inf', now)
 
 local function can_enter(want)
@@ -48,31 +58,44 @@ end
 
 -- Hand the lease to waiters at the head of the queue for as long as they fit; a waiter
 -- whose channel has no subscriber (crashed, or gave up) is dropped. Returns the fence
--- when the caller itself ('me', a queue member) was at the head and got in.
+-- when the caller itself ('me', a queue member) was at the head and got in, or nil and
+-- the error when no fence could be drawn.
 local function dispatch(me)
+  local numsub = ARGV[6] == 'spublish' and 'shardnumsub' or 'numsub'
   for _ = 1, 64 do
-    local head = redis.call('lindex', queue, 0)
-    if not head then
+    local head = redis.pcall('lindex', queue, 0)
+    if type(head) ~= 'string' then
       return nil
     end
     local want = string.sub(head, 1, 1)
     local rest = string.sub(head, 3)
     local sep = string.find(rest, ':', 1, true)
     local lease_ms, who = tonumber(string.sub(rest, 1, sep - 1)), string.sub(rest, sep + 1)
-    local numsub = ARGV[6] == 'spublish' and 'shardnumsub' or 'numsub'
-    if head ~= me and redis.call('pubsub', numsub, ARGV[7] .. who)[2] == 0 then
+    local listeners = head == me and {0, 1} or redis.pcall('pubsub', numsub, ARGV[7] .. who)
+    if type(listeners[2]) == 'number' and listeners[2] == 0 then
       redis.call('lpop', queue)  -- a waiter nobody listens for any more: skip it now
     else
       if not can_enter(want) then
         return nil
       end
-      redis.call('lpop', queue)
-      local fence = redis.call('incr', fence_key)
+      local fence, err = draw_fence(fence_key)
+      if not fence then
+        if head ~= me then
+          redis.pcall(ARGV[6], ARGV[7] .. who, '')  -- no hand-off: wake it to try again
+        end
+        return nil, err
+      end
       if head == me then
+        redis.call('lpop', queue)
         grant(want, who, lease_ms)
         return fence
       end
-      if redis.call(ARGV[6], ARGV[7] .. who, fence .. ':' .. now) > 0 then
+      local sent = redis.pcall(ARGV[6], ARGV[7] .. who, fence .. ':' .. string.format('%d', now))
+      if type(sent) ~= 'number' then
+        return nil
+      end
+      redis.call('lpop', queue)
+      if sent > 0 then
         grant(want, who, lease_ms)
       end
     end
@@ -94,20 +117,34 @@ end
 
 if op == 'acquire' then
   local member = mode .. ':' .. ARGV[4] .. ':' .. token
-  local fence = dispatch(member)
+  local fence, err = dispatch(member)
   if fence then
     return {1, fence}
   end
-  if redis.call('llen', queue) == 0 and can_enter(mode) then
+  if err then
+    return {-2, err}
+  end
+  local queue_length = redis.pcall('llen', queue)
+  if type(queue_length) == 'table' then
+    return {-1, redis.call('type', queue).ok, 3}
+  end
+  if queue_length == 0 and can_enter(mode) then
+    fence, err = draw_fence(fence_key)
+    if not fence then
+      return {-2, err}
+    end
     grant(mode, token, ttl)
-    return {1, redis.call('incr', fence_key)}
+    return {1, fence}
   end
-  local wait = blocked_ms()
-  if ARGV[8] == '1' then
-    redis.call('rpush', queue, member)
-  end
+  local blocked = blocked_ms()
+  local wait = blocked
   if ARGV[8] ~= '0' then
-    redis.call('pexpire', queue, wait + 60000)
+    local ahead = ensure_queued(queue, member)
+    local shortest = shortest_lease(ahead, true)
+    if shortest and shortest < wait then
+      wait = shortest
+    end
+    redis.call('pexpire', queue, blocked + 60000)
   end
   return {0, wait, now}
 end
@@ -135,11 +172,11 @@ end
 
 -- release
 if ARGV[8] ~= '' then
-  redis.call('lrem', queue, 1, ARGV[8])
+  redis.pcall('lrem', queue, 1, ARGV[8])
   dispatch(nil)
 end
-local done = redis.call('get', latch)
-if done then
+local done = redis.pcall('get', latch)
+if type(done) == 'string' then
   return tonumber(done)
 end
 local released = false
@@ -155,12 +192,15 @@ if not released then
   return -1
 end
 local code = 1
-if redis.call('llen', queue) > 0 then
-  local before = redis.call('get', fence_key)
+local waiting = redis.pcall('llen', queue)
+if type(waiting) == 'number' and waiting > 0 then
+  local before = current_fence(fence_key)
   dispatch(nil)
-  if redis.call('get', fence_key) ~= before then
+  if current_fence(fence_key) ~= before then
     code = 2
   end
 end
-redis.call('set', latch, code, 'PX', ARGV[9])
+if ARGV[9] ~= '0' then
+  redis.call('set', latch, code, 'PX', ARGV[9])
+end
 return code

@@ -6,28 +6,41 @@ import asyncio
 import functools
 import inspect
 import logging
+import os
 import sys
 import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Protocol, TypeVar
 
-from redis.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from redlease.compat import ClusterClients
 from redlease.core.base import Owner
 from redlease.core.lease import Lease, LostCallback, run_callbacks
+from redlease.errors import InvalidArgument
 
 logger = logging.getLogger("redlease")
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
+ASYNCIO = False
+"""This flavour's clients are sync ``redis`` (or ``valkey``) clients."""
 INTERRUPTIONS = (KeyboardInterrupt,)
 """What can cut an acquire short after the server may already have granted it."""
 STOP_TIMEOUT_S = 10.0
 
 
 def current_owner() -> Owner:
+    """The calling thread; refused inside a running event loop, where the thread is not
+    the owner a reader expects (every task of the loop would share one hold)."""
+    if asyncio._get_running_loop() is not None:
+        raise InvalidArgument(
+            "a sync Locks lock was used from a task of a running event loop: its tasks "
+            "share one thread, so they would all count as one owner and the lock would "
+            "block the loop; use redlease.AsyncLocks there (or pass owner= explicitly)"
+        )
     thread = threading.current_thread()
     return Owner("thread", threading.get_ident(), thread.name)
 
@@ -53,20 +66,80 @@ class Wakeup:
 
 
 class Flag:
-    """A flag set once (a subscription confirmed) that a subscriber waits on with a timeout."""
+    """A flag set once (a subscription confirmed, or refused) that a subscriber waits on."""
 
     def __init__(self) -> None:
         self._event = threading.Event()
+        self._error: BaseException | None = None
 
     def set(self) -> None:
         self._event.set()
 
+    def fail(self, error: BaseException) -> None:
+        """Wake the subscriber with ``error`` (the server refused the subscription)."""
+        self._error = error
+        self._event.set()
+
+    def pending(self) -> bool:
+        return not self._event.is_set()
+
     def wait(self, timeout: float) -> bool:
-        return self._event.wait(timeout)
+        """True once set, False after ``timeout``; raises the error it failed with."""
+        done = self._event.wait(timeout)
+        if self._error is not None:
+            raise self._error
+        return done
+
+
+ROUND_THREADS = 4
+"""Renewal rounds of one client that may run at once: one on time, the rest late ones
+still waiting on an unreachable server after their deadline (they end with its sockets)."""
+
+
+class Bounded:
+    """Runs a call that must end by a deadline (a renewal round) on a helper thread.
+
+    Past the deadline the caller goes on without it, so no socket timeout can delay a
+    lost-lease report; the late call finishes on its thread within the client's own
+    socket timeouts, and its answer is dropped.
+    """
+
+    def __init__(self) -> None:
+        self._executor: ThreadPoolExecutor | None = None
+
+    def run(self, call: Callable[[], T], timeout: float) -> T:
+        """``call()``'s result, or :class:`TimeoutError` once ``timeout`` seconds passed."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(ROUND_THREADS, thread_name_prefix="redlease-round")
+        try:
+            future = self._executor.submit(call)
+        except RuntimeError:  # closed meanwhile: the client is shutting down
+            raise TimeoutError("the client is closing") from None
+        try:
+            return future.result(max(timeout, 0.0))
+        except FutureTimeout:
+            future.cancel()
+            raise TimeoutError(f"no answer within {timeout:.3f} s") from None
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
 
 
 _pool: ThreadPoolExecutor | None = None
 _pool_guard = threading.Lock()
+
+
+def _forget_pool_in_child() -> None:
+    """A forked child has none of its parent's pool threads: start a new pool on demand."""
+    global _pool, _pool_guard
+    _pool = None
+    _pool_guard = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool_in_child)
 
 
 def concurrently(calls: Sequence[Callable[[], T]]) -> list[T | BaseException]:
@@ -87,7 +160,7 @@ def concurrently(calls: Sequence[Callable[[], T]]) -> list[T | BaseException]:
 
 
 def is_cluster(client: Any) -> bool:
-    return isinstance(client, RedisCluster)
+    return isinstance(client, ClusterClients)
 
 
 def node_of(client: Any, key: str) -> tuple[str, Callable[[], Any], Any]:
@@ -121,6 +194,22 @@ def master_moved(client: Any) -> bool:
 def refresh_topology(client: Any) -> None:
     if is_cluster(client):
         client.nodes_manager.initialize()
+
+
+NO_LOOP: Any = None
+
+
+def current_loop() -> Any:
+    """Threads have no event loop: a sync client is never bound to one."""
+    return NO_LOOP
+
+
+def loop_is_over(loop: object) -> bool:
+    return True
+
+
+def forget_connections(client: Any) -> None:
+    """Nothing to forget: the sync flavour's connections belong to no loop."""
 
 
 Guard = threading.RLock

@@ -17,13 +17,9 @@ from redlease.core.family import (
 )
 from redlease.core.hooks import ACQUIRED, ERROR, TIMEOUT
 from redlease.core.lease import Lease, ReleaseOutcome
+from redlease.core.multi import multi_acquire_flow
 from redlease.core.ops import RunScript
-from redlease.core.protocol import (
-    call_flow,
-    latch_wait_flow,
-    multi_acquire_flow,
-    release_flow,
-)
+from redlease.core.protocol import call_flow, latch_wait_flow, release_flow
 from redlease.errors import InvalidArgument, LeaseLost, LockTimeout
 from redlease.keys import ttl_to_ms
 from redlease.scripts import ScriptName
@@ -62,6 +58,13 @@ class WriteLock(WriteLockBase["Locks"], Lock):
     def owned(self) -> bool:
         return self._is_ours(self.locks.client.get(self.keys.writer))
 
+    def _release_by(self, owner: Owner) -> ReleaseOutcome:
+        reader = self._downgraded_reader(owner)
+        if reader is not None:
+            assert isinstance(reader, ReadLock)
+            return reader._release_by(owner)
+        return super()._release_by(owner)
+
     def downgrade(self) -> Lease:
         """Turn the held write lease into a read lease, letting waiting readers in.
 
@@ -82,6 +85,7 @@ class ReadWriteLock:
     def __init__(self, locks: Locks, name: str, **options: Any) -> None:
         self.read = ReadLock(locks, name, **options)
         self.write = WriteLock(locks, name, **options)
+        self.write.reader = self.read
         self.name = self.read.name
 
 
@@ -161,6 +165,7 @@ class CountDownLatch:
             ScriptName.COUNTDOWN,
             (self.keys.count,),
             (operation, count, publish, self.keys.broadcast, ttl_ms),
+            idempotent=operation != "down",
         )
 
     def _call(self, operation: str, count: int = 0, ttl_ms: int = 0) -> Any:
@@ -185,7 +190,8 @@ class MultiLock(MultiLockBase["Locks"]):
         publish = self.locks.publish_for(self)
         claims = self._claims(owner, publish)
         request = self._request(claims[0], blocking, timeout)
-        flow = multi_acquire_flow(claims, self.locks.atomic_multi, request, self.locks.clock)
+        atomic = self.locks.atomic_for(self.all_keys)
+        flow = multi_acquire_flow(claims, atomic, request, self.locks.clock)
         try:
             result = self.locks.drive(flow)
         except BaseException as exc:

@@ -16,9 +16,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from redlease.compat import ResponseErrors
 from redlease.core.protocol import NETWORK_ERRORS, Clock, Handoff
-from redlease.core.subscriptions import ChannelBook, PubSubCommands, classify, handoff_of
-from redlease.errors import ServerUnavailable
+from redlease.core.subscriptions import (
+    ChannelBook,
+    PubSubCommands,
+    classify,
+    handoff_of,
+    refusal,
+)
+from redlease.errors import ServerRefused
 from redlease.sync._flavor import (
     Flag,
     Guard,
@@ -37,6 +44,8 @@ CONFIRM_TIMEOUT_S = 10.0
 SENTINEL_LINK = "sentinel"
 SWITCH_MASTER = "+switch-master"
 """What a sentinel publishes when it promoted a new master."""
+LINK_ERRORS: tuple[type[BaseException], ...] = (*NETWORK_ERRORS, ConnectionError)
+"""What ends a pub/sub link: the client's network errors, or a move the notifier asked for."""
 RECONNECT_DELAYS = (0.05, 0.1, 0.2, 0.5) + (1.0,) * 60
 """About a minute of attempts before the notifier gives up (waiters still wake on TTL)."""
 
@@ -94,7 +103,9 @@ class Notifier:
         """Open pub/sub connections (one per node that carries a waiting channel)."""
         return sum(1 for link in self._links.values() if link.connection is not None)
 
-    def subscribe(self, channel: str) -> Waiter:
+    def subscribe(self, channel: str, timeout: float = CONFIRM_TIMEOUT_S) -> Waiter | None:
+        """A waiter listening on ``channel``, once the server confirmed the subscription;
+        ``None`` when no confirmation came within ``timeout`` seconds."""
         waiter = Waiter(self, channel)
         commands = self._commands()
         name, connect, _ = node_of(self._client, channel)
@@ -111,13 +122,16 @@ class Notifier:
                 self._link_of[channel] = link
             confirmed = self._confirmed[channel]
         try:
-            ok = confirmed.wait(CONFIRM_TIMEOUT_S)
+            ok = confirmed.wait(min(timeout, CONFIRM_TIMEOUT_S))
+        except ResponseErrors as exc:
+            self.leave(waiter)
+            raise ServerRefused(refusal(channel, exc)) from exc
         except BaseException:
             self.leave(waiter)
             raise
         if not ok:
             self.leave(waiter)
-            raise ServerUnavailable(f"subscription to {channel!r} was not confirmed")
+            return None
         return waiter
 
     def leave(self, waiter: Waiter) -> None:
@@ -204,7 +218,10 @@ class Notifier:
                 if link.stale:
                     raise ConnectionError("the server moved")
                 reply = read_push(connection)
-            except (*NETWORK_ERRORS, ConnectionError):
+            except ResponseErrors as exc:
+                self._refused(exc)
+                continue
+            except LINK_ERRORS:
                 if self._closing or not self._reconnect(link):
                     return
                 continue
@@ -230,6 +247,14 @@ class Notifier:
                     waiter.wakeup.set()
             elif (flag := self._confirmed.get(push.channel)) is not None:
                 flag.set()
+
+    def _refused(self, error: Exception) -> None:
+        """An error reply on the pub/sub link answers a subscription (no permission): fail
+        the subscriptions still waiting for their confirmation; the reader goes on."""
+        with self._guard:
+            for flag in self._confirmed.values():
+                if flag.pending():
+                    flag.fail(error)
 
     def _rehome(self, channels: list[str]) -> None:
         """Subscribe channels again where their slot lives now.

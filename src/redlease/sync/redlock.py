@@ -19,8 +19,9 @@ from typing import Any
 from redis import Redis
 
 from redlease.core.base import LocksBase, Owner, TokenFactory, random_token
+from redlease.core.claims import Claim
 from redlease.core.hooks import Hooks, combine
-from redlease.core.lease import Lease, ReleaseOutcome
+from redlease.core.lease import Lease, ReleaseOutcome, drift_ms
 from redlease.core.ops import RunScript
 from redlease.core.protocol import (
     RELEASED,
@@ -28,11 +29,13 @@ from redlease.core.protocol import (
     Clock,
     Flow,
     Grant,
+    alive,
     call_flow,
     extend_flow,
+    give_back,
     release_flow,
 )
-from redlease.core.redlock import drift_ms, quorum, quorum_answer, tally_acquire
+from redlease.core.redlock import Tally, quorum, quorum_answer, tally_acquire
 from redlease.errors import InvalidArgument, LeaseLost, LockTimeout, ServerUnavailable
 from redlease.keys import DEFAULT_PREFIX
 from redlease.scripts import ScriptName
@@ -73,7 +76,7 @@ class Redlock(LocksBase):
         *,
         ttl: float | None = None,
         renew: bool | None = None,
-        timeout: float = -1,
+        timeout: float | None = -1,
         blocking: bool = True,
         owner: Hashable | None = None,
     ) -> RedlockLock:
@@ -82,15 +85,24 @@ class Redlock(LocksBase):
         )
 
     def adopt(self, lease: Lease, role: str | None) -> bool:
-        if super().adopt(lease, role) or (lease.renewing and not self.renewer.running()):
+        if super().adopt(lease, role) or not self.renewer.running():
             self.renewer.wake()
             return True
         return False
 
-    def each(self, flow: Callable[[], Flow]) -> list[Any]:
-        """Run a fresh copy of ``flow`` on every master at once; replies or exceptions."""
-        calls = [_on(master, flow) for master in self.masters]
-        return concurrently(calls)
+    def reschedule(self, lease: Lease, sent_at: float) -> bool:
+        if super().reschedule(lease, sent_at):
+            self.renewer.wake()
+            return True
+        return False
+
+    def each(self, flow: Callable[[], Flow], only: Sequence[int] | None = None) -> list[Any]:
+        """Run a fresh copy of ``flow`` on every master at once (or the masters at the
+        indexes ``only``); their replies or exceptions, in that order."""
+        masters = self.masters if only is None else [self.masters[index] for index in only]
+        if not masters:
+            return []
+        return concurrently([_on(master, flow) for master in masters])
 
     def renew_batch(self, due: list[Lease]) -> list[bool | None]:
         """Renew on every master; a lease is kept while a majority still holds it."""
@@ -101,6 +113,8 @@ class Redlock(LocksBase):
         return [quorum_answer([column[i] for column in answers]) for i in range(len(due))]
 
     def close(self) -> None:
+        """Stop the renewal worker and close every master's client; no new lease after."""
+        self.closed = True
         self.renewer.stop()
         for master in self.masters:
             master.close()
@@ -135,11 +149,12 @@ class RedlockLock(LeaseHandle[Redlock]):
     """A lease held on a majority of independent masters.
 
     Reentrant per owner like :class:`Lock`. Waiting retries rounds after short random
-    pauses (a waiter cannot queue on a majority at once). ``lease.fence`` is the largest of
-    the quorum's per-master counters, and the winner lifts every master's counter to it
-    before ``acquire`` returns (a round skipped when every master already agrees): since
-    two majorities share a master, a later holder draws a larger token, unless a master
-    lost its data (a restart without persistence), which Redlock cannot see.
+    pauses (a waiter cannot queue on a majority at once), each with a fresh token.
+    ``lease.fence`` is the largest of the quorum's per-master counters, and the winner
+    lifts the other masters' counters to it before ``acquire`` returns; the grant counts
+    only once a majority confirmed a counter at least that large, in time. Since two
+    majorities share a master, a later holder draws a larger token, unless a master lost
+    its data (a restart without persistence), which Redlock cannot see.
     """
 
     role_suffix = "#redlock"
@@ -149,6 +164,7 @@ class RedlockLock(LeaseHandle[Redlock]):
         return current_owner()
 
     def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> Lease:
+        self.locks.refuse_if_closed()
         owner, held, request = self._plan_acquire(blocking, timeout, "publish")
         if held is not None:
             return held
@@ -157,20 +173,9 @@ class RedlockLock(LeaseHandle[Redlock]):
         deadline = None if request.timeout is None else clock() + request.timeout
         delay = RETRY_DELAYS_S[0]
         while True:
-            started = clock()
-            replies = self.locks.each(
-                lambda: call_flow(claim.acquire_op("0"), self.keys, "acquire")
-            )
-            tally = tally_acquire(replies)
-            if tally.granted((clock() - started) * 1000, self.ttl_ms):
-                fence = max(tally.fences)
-                if len(tally.fences) < tally.masters or min(tally.fences) < fence:
-                    floor = RunScript(ScriptName.FENCE_FLOOR, (self.keys.fence,), (fence,))
-                    self.locks.each(partial(call_flow, floor, self.keys, "fence"))
-                lease = self._settle(owner, Grant(claim, fence, started), request, self.role)
-                lease.expires_at -= drift_ms(self.ttl_ms) / 1000
-                return lease
-            self.locks.each(lambda: release_flow(claim))
+            grant, tally = self._round(claim)
+            if grant is not None:
+                return self._settle(owner, grant, request, self.role)
             if tally.reachable < self.locks.quorum:
                 raise ServerUnavailable(
                     f"could not acquire lock {self.name!r}: only {tally.reachable} of "
@@ -182,6 +187,30 @@ class RedlockLock(LeaseHandle[Redlock]):
             pause = random.uniform(RETRY_DELAYS_S[0], delay)
             sleep(pause if remaining is None else min(pause, remaining))
             delay = min(delay * 2, RETRY_DELAYS_S[1])
+            claim = self._claim(self.locks.new_token(owner), "publish")
+
+    def _round(self, claim: Claim) -> tuple[Grant | None, Tally]:
+        """One round on every master: the grant, once a majority granted it in time and a
+        majority holds a fence counter at least its fence; else everything is given back.
+
+        A failed round's token is never used again (the next round draws a new one), so
+        nothing a failed round left behind can answer for a later lease.
+        """
+        started = self.locks.clock()
+        replies = self.locks.each(lambda: call_flow(claim.acquire_op("0"), self.keys, "acquire"))
+        tally = tally_acquire(replies)
+        if tally.granted((self.locks.clock() - started) * 1000, self.ttl_ms):
+            fence = max(tally.fences)
+            behind = tally.behind()
+            floor = RunScript(ScriptName.FENCE_FLOOR, (self.keys.fence,), (fence,))
+            raised = self.locks.each(partial(call_flow, floor, self.keys, "fence"), behind)
+            grant = Grant(claim, fence, started)
+            if tally.confirmed(dict(zip(behind, raised, strict=True))) >= self.locks.quorum and (
+                alive(grant, self.locks.clock())
+            ):
+                return grant, tally
+        self.locks.each(lambda: give_back(claim))
+        return None, tally
 
     def release(self) -> ReleaseOutcome:
         """Release on every master; ``EXPIRED`` if a majority no longer held it."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from redlease.sync._flavor import Wakeup, Worker, fire
+from redlease.core.lease import Lease
+from redlease.sync._flavor import Bounded, Wakeup, Worker, fire
 
 if TYPE_CHECKING:
     from redlease.sync.lock import Locks
@@ -13,12 +14,17 @@ if TYPE_CHECKING:
 
 
 class Renewer:
-    """Started with the first renewing lease; sleeps until the schedule says something is due."""
+    """Started with the first lease; sleeps until the schedule says something is due.
+
+    A renewal round never runs past the soonest local deadline of the leases it watches,
+    so a lease whose renewal cannot be confirmed is reported lost on time.
+    """
 
     def __init__(self, locks: Locks | Redlock) -> None:
         self._locks = locks
         self._wakeup = Wakeup()
         self._worker: Worker | None = None
+        self._rounds = Bounded()
         self._stopping = False
         self.round_trips = 0
 
@@ -36,20 +42,32 @@ class Renewer:
         if self._worker is not None:
             self._worker.stop()
             self._worker = None
+        self._rounds.close()
         self._stopping = False
 
     def _run(self) -> None:
         schedule, clock = self._locks.renewals, self._locks.clock
         while not self._stopping:
+            for lease, callbacks in schedule.expire(clock()):
+                fire(lease, callbacks)
             wake_at = schedule.next_wakeup(clock())
             if wake_at > clock():
                 self._wakeup.wait(wake_at - clock())
                 continue
             due = schedule.take_due(clock())
+            if not due:
+                continue
             sent_at = clock()
-            answers = self._locks.renew_batch(due)
+            answers = self._renew(due, schedule.earliest_deadline() - sent_at)
             self.round_trips += 1
             lost = schedule.settle(due, answers, sent_at, clock())
             for lease, callbacks in lost:
                 fire(lease, callbacks)
             self._locks.hooks.renewed(sum(1 for answer in answers if answer), len(lost))
+
+    def _renew(self, due: list[Lease], timeout: float) -> list[bool | None]:
+        """One round's answers; no answer at all when it could not end within ``timeout``."""
+        try:
+            return self._rounds.run(lambda: self._locks.renew_batch(due), timeout)
+        except TimeoutError:
+            return [None] * len(due)

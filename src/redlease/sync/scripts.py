@@ -13,8 +13,8 @@ from typing import Any
 
 from redis import Redis
 from redis.cluster import RedisCluster
-from redis.exceptions import AskError, NoScriptError
 
+from redlease.compat import AskErrors, ConnectionErrors, NoScriptErrors
 from redlease.core.ops import RunScript
 from redlease.core.protocol import NETWORK_ERRORS
 from redlease.core.replication import ReplicaAcks
@@ -34,6 +34,16 @@ class Scripts:
         self._loaded: set[ScriptName] = set()
 
     def run(self, op: RunScript) -> Any:
+        """One script call, sent again once if the connection turned out dead (a server
+        restart closes every pooled connection); only idempotent calls are resent."""
+        try:
+            return self._run(op)
+        except ConnectionErrors:
+            if not op.idempotent:
+                raise
+            return self._run(op)
+
+    def _run(self, op: RunScript) -> Any:
         """One script call; ``execute_command`` directly, as ``evalsha`` adds only wrappers."""
         if op.acks is not None:
             return self._acknowledged(op, op.acks)
@@ -41,7 +51,7 @@ class Scripts:
         execute: Any = self.client.execute_command  # untyped in the sync redis-py client
         try:
             return execute("EVALSHA", SHA_OF[id(op.script)], len(keys), *keys, *op.args)
-        except NoScriptError:
+        except NoScriptErrors:
             self.client.script_load(op.script.source)
             return execute("EVALSHA", SHA_OF[id(op.script)], len(keys), *keys, *op.args)
 
@@ -55,7 +65,7 @@ class Scripts:
             self.client.script_load(op.script.source)
             self._loaded.add(op.script)
         replies = self._on_node(op.keys[0], [op], acks.commands())
-        if isinstance(replies[0], NoScriptError):
+        if isinstance(replies[0], NoScriptErrors):
             self._loaded.discard(op.script)
         return acks.check(replies)
 
@@ -66,7 +76,7 @@ class Scripts:
         missing = {
             op.script
             for op, reply in zip(ops, replies, strict=True)
-            if isinstance(reply, NoScriptError)
+            if isinstance(reply, NoScriptErrors)
         }
         for script in missing:
             self.client.script_load(script.source)
@@ -120,4 +130,4 @@ def _spread_error(result: Any, count: int) -> list[Any]:
 
 def _misrouted(reply: Any) -> bool:
     """The slot lives elsewhere now (MOVED/ASK), or its node is gone: refresh the slot map."""
-    return isinstance(reply, (AskError, *NETWORK_ERRORS))
+    return isinstance(reply, (*AskErrors, *NETWORK_ERRORS))

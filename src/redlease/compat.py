@@ -1,0 +1,99 @@
+"""The client libraries redlease works with: redis-py, and valkey-py (its fork) when installed.
+
+Every place that recognises a client class or catches a client's error uses the tuples
+here, so a ``valkey.Valkey`` behaves exactly as a ``redis.Redis``. A client of the wrong
+flavour (an asyncio client given to the sync ``Locks``, or the reverse) is refused when the
+``Locks`` is made, not deep inside the first acquire.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from types import ModuleType
+from typing import Any
+
+from redlease.errors import InvalidArgument
+
+
+def _module(name: str) -> ModuleType | None:
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+_LIBRARIES = [module for module in (_module("redis"), _module("valkey")) if module is not None]
+
+
+def _errors(name: str) -> tuple[type[Exception], ...]:
+    """``library.exceptions.<name>`` for every library present (``Redis`` in a name is
+    ``Valkey`` in valkey-py's)."""
+    found = []
+    for library in _LIBRARIES:
+        exceptions = importlib.import_module(f"{library.__name__}.exceptions")
+        if library.__name__ == "valkey":
+            name = name.replace("Redis", "Valkey")
+        found.append(getattr(exceptions, name))
+    return tuple(found)
+
+
+def _classes(*paths: str) -> tuple[type[Any], ...]:
+    """``library.module:Class`` for every library present (``valkey`` spells ``Redis``
+    ``Valkey``)."""
+    found: list[type[Any]] = []
+    for library in _LIBRARIES:
+        for path in paths:
+            module_name, _, class_name = path.partition(":")
+            if library.__name__ == "valkey":
+                class_name = class_name.replace("Redis", "Valkey")
+            module = _module(f"{library.__name__}{module_name}")
+            if module is not None and hasattr(module, class_name):
+                found.append(getattr(module, class_name))
+    return tuple(found)
+
+
+ConnectionErrors = _errors("ConnectionError")
+"""The server could not be reached, or the connection broke (an auth failure is one too)."""
+TimeoutErrors = _errors("TimeoutError")
+ResponseErrors = _errors("ResponseError")
+NoScriptErrors = _errors("NoScriptError")
+AskErrors = _errors("AskError")
+AuthenticationErrors = _errors("AuthenticationError")
+NoPermissionErrors = _errors("NoPermissionError")
+ClusterErrors = _errors("RedisClusterException")
+
+Clients = _classes(":Redis", ".cluster:RedisCluster")
+"""Sync clients: ``redis.Redis``, ``redis.RedisCluster`` and their valkey-py twins."""
+ClusterClients = _classes(".cluster:RedisCluster")
+AsyncClients = _classes(".asyncio:Redis", ".asyncio.cluster:RedisCluster")
+AsyncClusterClients = _classes(".asyncio.cluster:RedisCluster")
+
+
+def library_of(client: Any) -> ModuleType:
+    """The library (``redis`` or ``valkey``) a client object comes from."""
+    root = type(client).__module__.split(".")[0]
+    return next((library for library in _LIBRARIES if library.__name__ == root), _LIBRARIES[0])
+
+
+def check_client(client: Any, *, asyncio: bool, user: str | None = None) -> None:
+    """Refuse, with the fix in the message, a client of the other flavour or no client.
+
+    ``user`` names what takes the client (default: ``AsyncLocks`` or ``Locks``).
+    """
+    wanted, other = ("AsyncLocks", "Locks") if asyncio else ("Locks", "AsyncLocks")
+    if user is not None:
+        other = user.removeprefix("Async") if asyncio else f"Async{user}"
+        wanted = user
+    execute = getattr(client, "execute_command", None)
+    if execute is None:
+        raise InvalidArgument(
+            f"{wanted} needs a redis-py or valkey-py client (or a URL), got {client!r:.100}"
+        )
+    if inspect.iscoroutinefunction(execute) != asyncio:
+        kind = "an asyncio" if not asyncio else "a sync"
+        raise InvalidArgument(
+            f"{wanted} got {kind} client ({type(client).__module__}."
+            f"{type(client).__qualname__}); use redlease.{other} with it, or give {wanted} "
+            f"a {'redis.asyncio.Redis' if asyncio else 'redis.Redis'} (or a URL)"
+        )

@@ -1,0 +1,91 @@
+"""One AsyncLocks over several event loops, one after the other (asyncio.run twice, a test
+client): it moves to the new loop, and nothing is left held by the loop that is gone."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+import redis
+
+import redlease
+
+
+def test_an_async_client_moves_to_the_next_event_loop(redlease_url, prefix):
+    locks = redlease.AsyncLocks(redlease_url, prefix=prefix)
+    fences = []
+
+    async def take() -> None:
+        async with locks.lock("job", ttl=5) as lease:
+            fences.append(lease.fence)
+
+    for _ in range(3):
+        asyncio.run(take())
+    asyncio.run(locks.aclose())
+    assert fences == [1, 2, 3]
+    with redis.Redis.from_url(redlease_url) as plain:
+        assert not plain.exists(f"{prefix}:{{job}}")
+
+
+def test_a_lease_left_held_by_a_loop_that_is_gone_is_given_back(redlease_url, prefix):
+    locks = redlease.AsyncLocks(redlease_url, prefix=prefix)
+    held: list[redlease.Lease] = []
+
+    async def take_and_forget() -> None:
+        held.append(await locks.lock("orphan", ttl=30).acquire())
+
+    async def take_again() -> int:
+        lease = await locks.lock("orphan", ttl=30).acquire(timeout=1)
+        await locks.lock("orphan").release()
+        return lease.fence
+
+    asyncio.run(take_and_forget())
+    assert asyncio.run(take_again()) == 2, "the first loop's lease was left for its TTL"
+    assert held[0].lost
+    asyncio.run(locks.aclose())
+
+
+def test_a_client_busy_on_a_running_loop_refuses_another_one(redlease_url, prefix):
+    locks = redlease.AsyncLocks(redlease_url, prefix=prefix)
+    started, finish = threading.Event(), threading.Event()
+
+    async def hold_the_loop() -> None:
+        async with locks.lock("busy", ttl=5):
+            started.set()
+            while not finish.is_set():  # noqa: ASYNC110 - set from another thread
+                await asyncio.sleep(0.01)
+
+    thread = threading.Thread(target=lambda: asyncio.run(hold_the_loop()))
+    thread.start()
+    try:
+        assert started.wait(5)
+
+        async def elsewhere() -> None:
+            await locks.lock("other", ttl=5).acquire(timeout=0)
+
+        with pytest.raises(redlease.InvalidArgument, match="per event loop"):
+            asyncio.run(elsewhere())
+    finally:
+        finish.set()
+        thread.join(10)
+
+
+def test_a_fastapi_test_client_without_with_serves_every_request(redlease_url, prefix):
+    fastapi = pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient  # noqa: PLC0415
+
+    from redlease.integrations.fastapi import lock_dependency  # noqa: PLC0415
+
+    locks = redlease.AsyncLocks(redlease_url, prefix=prefix)
+    app = fastapi.FastAPI()
+
+    @app.post("/orders/{user_id}", dependencies=[lock_dependency(locks, "order:{user_id}")])
+    async def create_order(user_id: str) -> dict[str, str]:
+        return {"user": user_id}
+
+    client = TestClient(app)
+    statuses = [client.post("/orders/7").status_code for _ in range(3)]
+    assert statuses == [200, 200, 200]
+    with redis.Redis.from_url(redlease_url) as plain:
+        assert not plain.exists(f"{prefix}:{{order:7}}")

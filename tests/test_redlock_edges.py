@@ -1,0 +1,157 @@
+"""Redlock at its edges: fences that never go back, releases that tell the truth.
+
+Faults are timed by what the masters see: a MONITOR on a master fires the fault the
+moment it runs a given script, and the project's proxy holds the replies back long
+enough for the fault to land between two rounds of one acquisition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+
+import redlease
+from conftest import SyncLocksAdapter
+from redlease.chaos.proxy import ProxyHub
+from redlease.scripts import ScriptName
+from redlease.server import EmbeddedServer
+
+pytestmark = [pytest.mark.redlock, pytest.mark.timeout(90)]
+
+
+def when_run(server: EmbeddedServer, script: ScriptName, action: Callable[[], None]) -> Any:
+    """Run ``action`` once, the moment ``server`` runs ``script`` (seen by MONITOR)."""
+    ready, done = threading.Event(), threading.Event()
+
+    def watch() -> None:
+        client = redis.Redis(port=server.port, decode_responses=True)
+        with client.monitor() as monitor:
+            ready.set()
+            for event in monitor.listen():
+                if script.sha in event["command"]:
+                    action()
+                    done.set()
+                    return
+
+    threading.Thread(target=watch, daemon=True).start()
+    assert ready.wait(5)
+    return done
+
+
+def redlock_over(flavor: str, urls: list[str], prefix: str, **client_options: Any) -> Any:
+    if flavor == "async":
+        clients: list[Any] = [redis.asyncio.Redis.from_url(u, **client_options) for u in urls]
+        return redlease.AsyncRedlock(clients, prefix=prefix)
+    sync_clients: list[Any] = [redis.Redis.from_url(u, **client_options) for u in urls]
+    return SyncLocksAdapter(redlease.Redlock(sync_clients, prefix=prefix))
+
+
+async def test_a_fence_never_goes_back_when_raising_the_counters_fails_on_a_majority(
+    redlease_servers_factory, flavor, prefix
+):
+    first, second, _ = masters = redlease_servers_factory(3)
+    for server in masters:
+        with redis.Redis(port=server.port) as admin:
+            admin.execute_command("ACL", "SETUSER", "holder", "on", ">pw", "~*", "&*", "+@all")
+            for script in ScriptName:  # so the first EVALSHA is the real one
+                admin.script_load(script.source)
+    with redis.Redis(port=first.port) as admin:
+        admin.set(f"{prefix}:{{job}}:fence", 10)
+    with ProxyHub() as hub:
+        links = [hub.link("127.0.0.1", server.port) for server in masters]
+        for link in links[1:]:
+            link.set(delay=0.4)  # their grants reach the holder 0.4 s after they ran
+        urls = [f"redis://holder:pw@127.0.0.1:{link.port}/0" for link in links]
+        holder = redlock_over(flavor, urls, prefix)
+
+        def fail_the_next_step_on_two() -> None:
+            time.sleep(0.05)  # their grants have run; the holder's next step will fail there
+            for server in masters[1:]:
+                with redis.Redis(port=server.port) as admin:
+                    admin.execute_command("ACL", "SETUSER", "holder", "-evalsha", "-eval")
+
+        fired = when_run(second, ScriptName.ACQUIRE, fail_the_next_step_on_two)
+        try:
+            held: Any = await holder.lock("job", ttl=5).acquire(timeout=2)
+        except redlease.LockError:
+            held = None
+        assert fired.wait(5)
+        first.stop()  # the next majority is the two masters whose counters stayed low
+        later = redlock_over(flavor, [server.url for server in masters], prefix)
+        try:
+            await asyncio.sleep(5.2)  # the first grant, if any, has expired everywhere
+            taken = await later.lock("job", ttl=5).acquire(timeout=5)
+            if held is not None:
+                assert taken.fence > held.fence, (
+                    f"fence went back: {held.fence} was granted, then {taken.fence}"
+                )
+        finally:
+            await later.aclose()
+            await holder.aclose()
+
+
+async def test_a_taken_over_redlock_lease_is_reported_lost_after_a_failed_round(
+    redlease_servers_factory, flavor, prefix
+):
+    masters = redlease_servers_factory(3)
+    with ProxyHub() as hub:
+        links = [hub.link("127.0.0.1", server.port) for server in masters]
+        for link in links:
+            link.set(delay=0.3)  # the first round outlasts its 0.2 s lease
+
+        def heal_soon() -> None:
+            time.sleep(0.45)  # while the failed round's grants are being given back
+            for link in links:
+                link.set()
+
+        holder = redlock_over(flavor, [link.url for link in links], prefix)
+        healer = threading.Thread(target=heal_soon)
+        healer.start()
+        lease = await holder.lock("slow", ttl=0.2).acquire(timeout=10)
+        healer.join()
+        other = redlock_over(flavor, [server.url for server in masters], prefix)
+        try:
+            await asyncio.sleep(0.3)  # the lease ends
+            await other.lock("slow", ttl=10).acquire(timeout=5)
+            outcome = await holder.lock("slow", ttl=0.2).release()
+            assert outcome is redlease.ReleaseOutcome.EXPIRED, "a taken-over lease released"
+            assert lease.lost
+        finally:
+            await other.aclose()
+            await holder.aclose()
+
+
+def test_a_forked_child_runs_its_own_redlock_rounds(redlease_servers_factory, prefix):
+    masters = redlease_servers_factory(3)
+    redlock = redlease.Redlock([server.url for server in masters], prefix=prefix)
+    with redlock.lock("parent", ttl=5):  # the parent's round started the shared pool
+        pass
+    pid = os.fork()
+    if pid == 0:  # the child: a new client, its own rounds
+        code = 1
+        try:
+            child = redlease.Redlock([server.url for server in masters], prefix=prefix)
+            with child.lock("child", ttl=5, timeout=3) as lease:
+                code = 0 if lease.fence >= 1 else 1
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 10
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("a Redlock round in the forked child hung")
+        time.sleep(0.02)
+    redlock.close()
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -1,0 +1,269 @@
+"""What the server-side scripts answer at the edges: exact fences, foreign keys, permissions.
+
+Each scenario puts the server in an unusual but reachable state (a fence counter near
+2^63, another program's value at a lock key, an ACL user without pub/sub) and checks
+that the answer is exact or a typed error, and that nothing the user relies on (a
+waiter's place in the queue, a lease a holder gave back) is lost on the way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+import redis
+
+import redlease
+from redlease import ReleaseOutcome
+from redlease.core.subscriptions import has_sharded_pubsub
+
+BEYOND_DOUBLES = 2**53 + 2
+"""A counter whose next token, 2^53 + 3, is the first a Lua number (a double) rounds."""
+TOP = 2**63 - 1
+
+
+def fence_key(prefix: str, name: str) -> str:
+    return f"{prefix}:{{{name}}}:fence"
+
+
+async def test_fences_past_two_to_the_53_are_exact_and_strictly_increasing(
+    make_locks, server, prefix
+):
+    server.set(fence_key(prefix, "big"), BEYOND_DOUBLES)
+    locks = await make_locks()
+    fences = []
+    for _ in range(3):
+        async with locks.lock("big") as lease:
+            fences.append(lease.fence)
+    assert fences == [BEYOND_DOUBLES + 1, BEYOND_DOUBLES + 2, BEYOND_DOUBLES + 3]
+
+
+async def test_a_handed_over_fence_past_two_to_the_53_is_exact(make_locks, server, prefix):
+    server.set(fence_key(prefix, "handed"), BEYOND_DOUBLES)
+    holder, waiter = await make_locks(), await make_locks()
+    first = await holder.lock("handed", ttl=10).acquire()
+    waiting = waiter.lock("handed", ttl=10, owner="waiter")
+    pending = asyncio.create_task(waiting.acquire(timeout=10))
+    await queued_waiters(server, f"{prefix}:{{handed}}:queue", 1)
+    await holder.lock("handed", ttl=10).release()
+    second = await pending
+    assert (first.fence, second.fence) == (BEYOND_DOUBLES + 1, BEYOND_DOUBLES + 2)
+    await waiting.release()
+
+
+async def test_fences_near_two_to_the_63_stay_positive_then_run_out_cleanly(
+    make_locks, server, prefix
+):
+    server.set(fence_key(prefix, "top"), TOP - 2)
+    locks = await make_locks()
+    lock = locks.lock("top", ttl=10)
+    seen = []
+    for _ in range(2):
+        async with lock as lease:
+            seen.append(lease.fence)
+    assert seen == [TOP - 1, TOP]
+    with pytest.raises(redlease.FenceExhausted):
+        await lock.acquire(timeout=0)
+    assert not server.exists(f"{prefix}:{{top}}"), "the half-made grant was not undone"
+
+
+async def test_family_fences_past_two_to_the_53_are_exact(make_family_locks, server, prefix):
+    locks = await make_family_locks()
+    server.set(fence_key(prefix, "doc"), BEYOND_DOUBLES)
+    write = locks.rw_lock("doc").write
+    lease = await locks.run(write.acquire)
+    await locks.run(write.release)
+    server.set(fence_key(prefix, "slots"), BEYOND_DOUBLES)
+    semaphore = locks.semaphore("slots", permits=2)
+    permit = await locks.run(semaphore.acquire)
+    await locks.run(semaphore.release, permit)
+    server.set(fence_key(prefix, "a"), BEYOND_DOUBLES)
+    multi = locks.multi_lock(["a", "b"])
+    held = await locks.run(multi.acquire)
+    await locks.run(multi.release)
+    assert lease.fence == BEYOND_DOUBLES + 1
+    assert permit.fence == BEYOND_DOUBLES + 1
+    assert held.fences["a"] == BEYOND_DOUBLES + 1
+
+
+@pytest.mark.parametrize("kind", ["hash", "list", "set", "zset", "stream"])
+async def test_a_foreign_key_with_a_ttl_is_wrong_key_type_not_a_busy_lock(
+    make_locks, server, prefix, kind
+):
+    key = f"{prefix}:{{foreign}}"
+    {
+        "hash": lambda: server.hset(key, "field", "value"),
+        "list": lambda: server.rpush(key, "item"),
+        "set": lambda: server.sadd(key, "member"),
+        "zset": lambda: server.zadd(key, {"member": 1}),
+        "stream": lambda: server.xadd(key, {"field": "value"}),
+    }[kind]()
+    server.pexpire(key, 60_000)
+    locks = await make_locks()
+    lock = locks.lock("foreign")
+    with pytest.raises(redlease.WrongKeyType) as raised:
+        await lock.try_acquire()
+    assert raised.value.key == key
+    assert raised.value.found == kind
+    with pytest.raises(redlease.WrongKeyType):
+        await lock.acquire(timeout=1)
+    assert server.type(key) == kind
+
+
+async def test_a_foreign_value_at_the_queue_is_named_when_a_waiter_must_queue(
+    make_locks, server, prefix
+):
+    holder, waiter = await make_locks(), await make_locks()
+    async with holder.lock("queued", ttl=10):
+        server.set(f"{prefix}:{{queued}}:queue", "not a list")
+        with pytest.raises(redlease.WrongKeyType) as raised:
+            await waiter.lock("queued").acquire(timeout=2)
+    assert raised.value.key == f"{prefix}:{{queued}}:queue"
+
+
+async def test_a_holder_frees_its_lease_even_when_the_queue_key_is_foreign(
+    make_locks, server, prefix
+):
+    locks = await make_locks()
+    lock = locks.lock("freed", ttl=30)
+    await lock.acquire()
+    server.set(f"{prefix}:{{freed}}:queue", "not a list")
+    assert await lock.release() is ReleaseOutcome.RELEASED
+    assert not server.exists(f"{prefix}:{{freed}}")
+
+
+async def queued_waiters(server: redis.Redis, queue: str, count: int) -> list[str]:
+    deadline = time.monotonic() + 5
+    while server.llen(queue) < count:
+        assert time.monotonic() < deadline, "the waiters did not queue"
+        await asyncio.sleep(0.02)
+    return list(server.lrange(queue, 0, -1))
+
+
+@pytest.mark.parametrize("kind", ["lock", "fair_lock"])
+async def test_a_fence_error_on_release_keeps_every_waiter_in_the_queue(
+    make_locks, server, prefix, kind
+):
+    holder, waiter = await make_locks(), await make_locks()
+    queue = f"{prefix}:{{kept}}:queue"
+    held = getattr(holder, kind)("kept", ttl=30)
+    await held.acquire()
+    waiting = asyncio.create_task(getattr(waiter, kind)("kept", ttl=30).acquire(timeout=3))
+    before = await queued_waiters(server, queue, 1)
+    server.set(fence_key(prefix, "kept"), "not a number")
+    assert await held.release() is ReleaseOutcome.RELEASED
+    assert server.lrange(queue, 0, -1) == before, "the waiter's entry was popped and lost"
+    with pytest.raises(redlease.WrongKeyType) as raised:
+        await waiting
+    assert raised.value.key == fence_key(prefix, "kept")
+
+
+async def test_the_fair_path_of_acquire_keeps_the_queue_when_no_fence_can_be_drawn(
+    make_locks, server, prefix
+):
+    holder, waiter, newcomer = await make_locks(), await make_locks(), await make_locks()
+    queue = f"{prefix}:{{fair}}:queue"
+    await holder.fair_lock("fair", ttl=30).acquire()
+    waiting = waiter.fair_lock("fair", ttl=30, owner="waiter")
+    pending = asyncio.create_task(waiting.acquire(timeout=3))
+    before = await queued_waiters(server, queue, 1)
+    server.set(fence_key(prefix, "fair"), "not a number")
+    server.delete(f"{prefix}:{{fair}}")  # the holder's lease ends: the lock is free
+    with pytest.raises(redlease.WrongKeyType):
+        await newcomer.fair_lock("fair", ttl=30).try_acquire()
+    assert server.lrange(queue, 0, -1) == before
+    with pytest.raises(redlease.LockError):
+        await pending
+
+
+async def test_a_name_that_cannot_be_encoded_is_an_invalid_name(make_locks, server):
+    locks = await make_locks()
+    with pytest.raises(redlease.InvalidName):
+        await locks.lock("bad\udc80name").acquire(timeout=0)
+    assert not list(server.scan_iter("*bad*"))
+
+
+def acl_user(port: int, *rules: str) -> str:
+    with redis.Redis(port=port) as admin:
+        admin.execute_command("ACL", "SETUSER", "locker", "on", ">pw", "~*", *rules)
+    return f"redis://locker:pw@127.0.0.1:{port}/0"
+
+
+async def test_a_waiter_without_pubsub_permission_gets_a_permission_error_in_time(
+    make_locks, redlease_servers_factory
+):
+    (private,) = redlease_servers_factory(1)
+    url = acl_user(private.port, "&*", "+@all", "-subscribe", "-ssubscribe")
+    holder = await make_locks(private.url)
+    locks = await make_locks(url)
+    await holder.lock("guarded", ttl=10).acquire()
+
+    started = time.monotonic()
+    with pytest.raises(redlease.ServerRefused) as raised:
+        await locks.lock("guarded").acquire(timeout=2)
+    assert time.monotonic() - started < 2.5
+    assert "subscribe" in str(raised.value).lower()
+    assert "permission" in str(raised.value).lower()
+
+    await holder.lock("guarded", ttl=10).release()
+    async with locks.lock("guarded", ttl=5) as lease:  # the client still works
+        assert lease.fence == 2
+
+
+async def test_a_holder_without_publish_permission_still_frees_its_lease(
+    make_locks, redlease_servers_factory, prefix
+):
+    (private,) = redlease_servers_factory(1)
+    url = acl_user(private.port, "&*", "+@all", "-publish", "-spublish")
+    holder = await make_locks(url)
+    waiter = await make_locks(private.url)
+    lock = holder.lock("quiet", ttl=3)
+    await lock.acquire()
+    waiting = waiter.lock("quiet", ttl=30, owner="waiter")
+    pending = asyncio.create_task(waiting.acquire(timeout=10))
+    with redis.Redis(port=private.port) as admin:
+        await queued_waiters(admin, f"{prefix}:{{quiet}}:queue", 1)
+        assert await lock.release() is ReleaseOutcome.RELEASED
+        assert not admin.exists(f"{prefix}:{{quiet}}"), "the lease was left until its TTL"
+    lease = await pending  # woken by the old lease's TTL at the latest
+    assert lease.fence > 1
+    await waiting.release()
+
+
+async def test_a_denied_sharded_pubsub_probe_is_not_taken_for_an_old_server(
+    redlease_servers_factory, prefix
+):
+    (private,) = redlease_servers_factory(1)
+    with redis.Redis(port=private.port) as admin:
+        version = admin.info("server")
+    if not has_sharded_pubsub(version):
+        pytest.skip("this server has no sharded pub/sub")
+    url = acl_user(private.port, "&*", "+@all", "-spublish")
+    async with redlease.AsyncLocks(url, prefix=prefix) as locks:
+        commands = await locks.commands()
+    assert commands.sharded
+
+
+@pytest.fixture
+def make_family_locks(make_locks, flavor) -> Any:
+    """``await make_family_locks()``: a client whose calls run in its flavour's way."""
+
+    class Runner:
+        def __init__(self, locks: Any) -> None:
+            self.locks = locks
+
+        def __getattr__(self, name: str) -> Any:
+            target = self.locks.locks if flavor == "sync" else self.locks
+            return getattr(target, name)
+
+        async def run(self, function: Any, *args: Any) -> Any:
+            if flavor == "sync":
+                return await self.locks.run(function, *args)
+            return await function(*args)
+
+    async def make() -> Runner:
+        return Runner(await make_locks())
+
+    return make
