@@ -5,6 +5,10 @@ either an :class:`~redlease.AsyncLocks` or a sync :class:`~redlease.Locks` behin
 adapter that runs each call on one dedicated thread (so thread ownership behaves as in
 a real program) and awaits it. Keys live under a prefix unique to the test, so the
 suite can also run against a shared server given by ``REDIS_URL``.
+
+The suite must hold on a busy two-core machine, so a test takes its slack from the
+``round_trip`` fixture (how long a round trip to the server takes right now) and the
+lease, never from what a quiet machine manages.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import functools
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -98,6 +102,134 @@ class SyncLocksAdapter:
 
 LocksFactory = Callable[..., Awaitable[Any]]
 
+ROUND_TRIP_SAMPLES = 10
+RENEWAL_ROUND_TRIPS = 20
+"""Round trips a renewal may take to land: with renewal at a third of the TTL, the TTL
+then spans 1.5 times as many."""
+TAKE_CONCURRENCY = 20
+"""Acquisitions in flight at once when a test takes many locks together."""
+
+
+def measure_round_trip(url: str, samples: int = ROUND_TRIP_SAMPLES) -> float:
+    """The slowest of ``samples`` PINGs to ``url``: what a round trip costs right now.
+
+    On a busy machine most of it is waiting to be scheduled (the server, then us), which
+    is what stretches every step a test waits for, so bounds scale with it.
+    """
+    with redis.Redis.from_url(url, socket_timeout=10) as client:
+        client.ping()  # connected before timing
+        slowest = 0.0
+        for _ in range(samples):
+            started = time.perf_counter()
+            client.ping()
+            slowest = max(slowest, time.perf_counter() - started)
+    return slowest
+
+
+def allowing(round_trip: float, quiet: float, round_trips: float = 10) -> float:
+    """A bound on a step: ``quiet`` seconds, or ``round_trips`` round trips when longer."""
+    return max(quiet, round_trips * round_trip)
+
+
+def renewing_ttl(round_trip: float, quiet: float) -> float:
+    """A TTL renewal keeps alive on this machine now: ``quiet``, or longer when it is busy.
+
+    Renewal goes out at a third of the TTL; the other two thirds must cover the renewal
+    worker being scheduled and its round trip, :data:`RENEWAL_ROUND_TRIPS` round trips.
+    """
+    return max(quiet, 1.5 * RENEWAL_ROUND_TRIPS * round_trip)
+
+
+@pytest.fixture
+def round_trip(redlease_url: str) -> float:
+    """Seconds one round trip to the test server takes now (see :func:`measure_round_trip`)."""
+    return measure_round_trip(redlease_url)
+
+
+def renewed_or_lost(leases: list[Lease], times: int) -> bool:
+    """Every lease renewed ``times`` times, or one lost (then waiting longer is pointless)."""
+    return all(lease.renewals >= times for lease in leases) or any(lease.lost for lease in leases)
+
+
+async def acquire_all(
+    locks: Any, names: list[str], *, owner: Hashable, **options: Any
+) -> list[Lease]:
+    """Take every lock in ``names`` for ``owner``, :data:`TAKE_CONCURRENCY` at a time.
+
+    Concurrent, so that on a busy machine the leases are still taken close together;
+    the flavour's own way: tasks for asyncio, threads for sync.
+    """
+    if isinstance(locks, redlease.AsyncLocks):
+        gate = asyncio.Semaphore(TAKE_CONCURRENCY)
+
+        async def take(name: str) -> Lease:
+            async with gate:
+                lease: Lease = await locks.lock(name, owner=owner, **options).acquire()
+                return lease
+
+        return list(await asyncio.gather(*(take(name) for name in names)))
+    client: redlease.Locks = locks.locks
+
+    def take(name: str) -> Lease:
+        return client.lock(name, owner=owner, **options).acquire()
+
+    def take_all() -> list[Lease]:
+        if not names:
+            return []
+        # The first grant alone: threads that each take a client's first renewing lease
+        # race to start its renewal thread and may start several (a library bug, reported).
+        first = take(names[0])
+        with ThreadPoolExecutor(TAKE_CONCURRENCY, thread_name_prefix="take-all") as pool:
+            return [first, *pool.map(take, names[1:])]
+
+    return await asyncio.to_thread(take_all)
+
+
+async def release_all(locks: Any, names: list[str], *, owner: Hashable) -> list[Any]:
+    """Release every lock in ``names`` held by ``owner``, as :func:`acquire_all` took them."""
+    if isinstance(locks, redlease.AsyncLocks):
+        gate = asyncio.Semaphore(TAKE_CONCURRENCY)
+
+        async def give_back(name: str) -> Any:
+            async with gate:
+                return await locks.lock(name, owner=owner).release()
+
+        return list(await asyncio.gather(*(give_back(name) for name in names)))
+    client: redlease.Locks = locks.locks
+
+    def give_all_back() -> list[Any]:
+        with ThreadPoolExecutor(TAKE_CONCURRENCY, thread_name_prefix="release-all") as pool:
+            return list(pool.map(lambda name: client.lock(name, owner=owner).release(), names))
+
+    return await asyncio.to_thread(give_all_back)
+
+
+async def take_together(
+    locks: Any,
+    names: list[str],
+    *,
+    owner: Hashable,
+    ttl: float,
+    within: float = 1 / 3,
+    **options: Any,
+) -> list[Lease]:
+    """Take ``names`` as renewing leases, all within ``within`` of a TTL of each other.
+
+    Renewals batch leases taken at nearby moments (due within a sixth of the TTL of each
+    other), so a test of batching needs its leases taken close together *relative to the
+    TTL*. When the machine is too busy for that at ``ttl``, the leases are given back and
+    taken again with a TTL long enough for the time taking them took (twice at most).
+    """
+    for _ in range(3):
+        leases = await acquire_all(locks, names, owner=owner, ttl=ttl, renew=True, **options)
+        taken = [lease.acquired_at for lease in leases]
+        spread = max(taken) - min(taken)
+        if spread <= within * ttl:
+            return leases
+        await release_all(locks, names, owner=owner)
+        ttl = 1.5 * spread / within
+    raise AssertionError(f"could not take {len(names)} leases within {within:g} of a {ttl:g} s TTL")
+
 
 def fence_key(prefix: str, name: str) -> str:
     """The fencing counter a lock draws from: its cluster slot's, shared by the slot's names."""
@@ -140,6 +272,21 @@ async def make_locks(flavor: str, redlease_url: str, prefix: str) -> AsyncIterat
     yield make
     for locks in made:
         await locks.aclose()
+
+
+def subscribed_channels(client: redis.Redis, pattern: str) -> list[Any]:
+    """The channels matching ``pattern`` someone listens on, sharded or classic, sorted.
+
+    ``PUBSUB SHARDCHANNELS`` came with Redis 7.0. A server before it (6.2 is our floor)
+    has no sharded channels, so its "unknown subcommand" means none, not a failure.
+    """
+    try:
+        sharded = list(client.execute_command("PUBSUB", "SHARDCHANNELS", pattern))
+    except redis.ResponseError as error:
+        if "unknown subcommand" not in str(error).lower():
+            raise
+        sharded = []
+    return sorted(sharded + list(client.pubsub_channels(pattern)))
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import redlease
-from conftest import token_in
+from conftest import subscribed_channels, token_in
 from redlease import ReleaseOutcome
 
 pytestmark = pytest.mark.timeout(60)
@@ -131,8 +131,7 @@ def kill(process: subprocess.Popen[str]) -> None:
 
 def channels_left(server, prefix: str) -> list[str]:
     """Wake-up channels anyone still listens on under ``prefix`` (sharded or not)."""
-    sharded = server.execute_command("PUBSUB", "SHARDCHANNELS", f"{prefix}:*")
-    return sorted(list(sharded) + list(server.pubsub_channels(f"{prefix}:*")))
+    return subscribed_channels(server, f"{prefix}:*")
 
 
 def by_acquired(turn: list[str]) -> float:

@@ -21,7 +21,14 @@ import pytest_asyncio
 import redis
 
 import redlease
-from conftest import SyncLocksAdapter, fence_key, token_in
+from conftest import (
+    RENEWAL_ROUND_TRIPS,
+    SyncLocksAdapter,
+    allowing,
+    fence_key,
+    renewing_ttl,
+    token_in,
+)
 from redlease import ReleaseOutcome, ServerUnavailable
 from redlease.server import EmbeddedServer
 
@@ -132,15 +139,18 @@ async def test_tokens_increase_across_holders_and_every_counter_is_lifted(
     assert fences == sorted(set(fences)), f"tokens must strictly increase: {fences}"
 
 
-async def test_renewed_lease_stays_held_until_a_majority_loses_it(make_redlock, masters, prefix):
+async def test_renewed_lease_stays_held_until_a_majority_loses_it(
+    make_redlock, masters, prefix, round_trip
+):
     redlock = make_redlock(masters)
     rival = make_redlock(masters)
     lost = asyncio.Event()
     loop = asyncio.get_running_loop()
-    lease = await redlock.lock("payout", ttl=0.6, renew=True).acquire()
+    ttl = renewing_ttl(round_trip, quiet=0.6)
+    lease = await redlock.lock("payout", ttl=ttl, renew=True).acquire()
     lease.on_lost(lambda _: loop.call_soon_threadsafe(lost.set))
 
-    await asyncio.sleep(2.0)
+    await asyncio.sleep(10 * ttl / 3)  # ten renewal periods
     assert not lease.lost, lease.lost_reason
     assert lease.renewals >= 3
     assert await rival.lock("payout", ttl=5).try_acquire() is None
@@ -148,7 +158,10 @@ async def test_renewed_lease_stays_held_until_a_majority_loses_it(make_redlock, 
     for server in masters[:3]:
         with redis.Redis(port=server.port) as client:
             client.delete(f"{prefix}:{{payout}}")
-    await asyncio.wait_for(lost.wait(), 2.0)
+    # the next renewal, a third of the TTL away, finds the majority gone
+    await asyncio.wait_for(
+        lost.wait(), ttl + allowing(round_trip, quiet=1.4, round_trips=RENEWAL_ROUND_TRIPS)
+    )
 
     assert lease.lost
     assert await redlock.lock("payout").release() is ReleaseOutcome.EXPIRED

@@ -23,7 +23,15 @@ import pytest
 import redis
 
 import redlease
-from conftest import token_in
+from conftest import (
+    RENEWAL_ROUND_TRIPS,
+    allowing,
+    release_all,
+    renewed_or_lost,
+    renewing_ttl,
+    take_together,
+    token_in,
+)
 from redlease import Lease, ReleaseOutcome
 from redlease.scripts import ScriptName
 
@@ -49,20 +57,6 @@ def steal(server: redis.Redis, key: str) -> None:
     server.set(key, "intruder", px=10_000)
 
 
-async def acquire_all(locks: Any, names: list[str], **options: Any) -> list[Lease]:
-    if isinstance(locks, redlease.AsyncLocks):
-        return [await locks.lock(name, **options).acquire() for name in names]
-    client = locks.locks
-    return await locks.run(lambda: [client.lock(name, **options).acquire() for name in names])
-
-
-async def release_all(locks: Any, names: list[str]) -> list[ReleaseOutcome]:
-    if isinstance(locks, redlease.AsyncLocks):
-        return [await locks.lock(name).release() for name in names]
-    client = locks.locks
-    return await locks.run(lambda: [client.lock(name).release() for name in names])
-
-
 def renewal_workers(flavor: str) -> list[object]:
     if flavor == "async":
         return [task for task in asyncio.all_tasks() if task.get_name() == "redlease-renewer"]
@@ -74,13 +68,14 @@ def renewal_workers(flavor: str) -> list[object]:
 
 
 @pytest.mark.timeout(30)
-async def test_critical_section_three_times_the_ttl_keeps_its_lease(make_locks, server):
-    lock = (await make_locks()).lock("rebuild-index", ttl=0.5, renew=True)
-    rival = (await make_locks()).lock("rebuild-index", ttl=0.5)
+async def test_critical_section_three_times_the_ttl_keeps_its_lease(make_locks, server, round_trip):
+    ttl = renewing_ttl(round_trip, quiet=0.5)
+    lock = (await make_locks()).lock("rebuild-index", ttl=ttl, renew=True)
+    rival = (await make_locks()).lock("rebuild-index", ttl=ttl)
     rival_attempts = 0
 
     async with lock as lease:
-        until = time.monotonic() + 1.5
+        until = time.monotonic() + 3 * ttl
         while time.monotonic() < until:
             assert await rival.try_acquire() is None, "nobody else may enter meanwhile"
             rival_attempts += 1
@@ -96,8 +91,11 @@ async def test_critical_section_three_times_the_ttl_keeps_its_lease(make_locks, 
 
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("tamper", [delete, steal], ids=["deleted", "stolen"])
-async def test_lease_ended_behind_the_holders_back_is_reported_lost(make_locks, server, tamper):
-    lock = (await make_locks()).lock("settlement", ttl=0.6, renew=True)
+async def test_lease_ended_behind_the_holders_back_is_reported_lost(
+    make_locks, server, tamper, round_trip
+):
+    ttl = renewing_ttl(round_trip, quiet=0.6)
+    lock = (await make_locks()).lock("settlement", ttl=ttl, renew=True)
     lost: list[Lease] = []
     leases: list[Lease] = []
     body_finished = False
@@ -108,7 +106,9 @@ async def test_lease_ended_behind_the_holders_back_is_reported_lost(make_locks, 
             leases.append(lease)
             lease.on_lost(lost.append)
             tamper(server, lock.keys.lease)
-            assert await eventually(lambda: lost, within=2), "renewal should notice the loss"
+            # The next renewal, a third of the TTL away, finds the lease gone.
+            noticed = ttl + allowing(round_trip, quiet=1.4, round_trips=RENEWAL_ROUND_TRIPS)
+            assert await eventually(lambda: lost, within=noticed), "renewal should notice it"
             body_finished = True
 
     with pytest.raises(redlease.LeaseLost) as raised:
@@ -147,14 +147,16 @@ async def test_lease_deleted_between_renewals_is_reported_at_exit(make_locks, se
 
 
 @pytest.mark.timeout(30)
-async def test_renewal_never_resurrects_a_deleted_lease(make_locks, server):
-    lock = (await make_locks()).lock("quota", ttl=0.3, renew=True)
+async def test_renewal_never_resurrects_a_deleted_lease(make_locks, server, round_trip):
+    ttl = renewing_ttl(round_trip, quiet=0.3)
+    lock = (await make_locks()).lock("quota", ttl=ttl, renew=True)
     lease = await lock.acquire()
-    assert await eventually(lambda: lease.renewals >= 1, within=2)
+    first_renewal = ttl + allowing(round_trip, quiet=1.7, round_trips=RENEWAL_ROUND_TRIPS)
+    assert await eventually(lambda: lease.renewals >= 1, within=first_renewal)
 
     server.delete(lock.keys.lease)
     seen_again = False
-    until = time.monotonic() + 1.0  # more than three renewal periods
+    until = time.monotonic() + 10 * ttl / 3  # ten renewal periods
     while time.monotonic() < until:
         seen_again = seen_again or bool(server.exists(lock.keys.lease))
         await asyncio.sleep(0.02)
@@ -165,7 +167,12 @@ async def test_renewal_never_resurrects_a_deleted_lease(make_locks, server):
 
 
 @pytest.mark.timeout(40)
-async def test_paused_holder_learns_it_lost_the_lease(make_locks, flavor, redlease_url, prefix):
+async def test_paused_holder_learns_it_lost_the_lease(
+    make_locks, flavor, redlease_url, prefix, round_trip
+):
+    ttl = renewing_ttl(round_trip, quiet=1.0)
+    runs_out = ttl + allowing(round_trip, quiet=1.0)  # its lease, then the successor's grant
+    told = allowing(round_trip, quiet=1.0, round_trips=RENEWAL_ROUND_TRIPS)
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         str(HOLDER),
@@ -175,10 +182,10 @@ async def test_paused_holder_learns_it_lost_the_lease(make_locks, flavor, redlea
         "--flavor",
         flavor,
         "--ttl",
-        "1",
+        str(ttl),
         "--renew",
         "--hold",
-        "3",
+        str(runs_out + told + 0.5),  # still inside its section when it is told
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
@@ -189,18 +196,18 @@ async def test_paused_holder_learns_it_lost_the_lease(make_locks, flavor, redlea
         paused_at = time.monotonic()
 
         successor = (await make_locks()).lock("backup", ttl=10)
-        lease = await successor.acquire(timeout=5)
-        assert time.monotonic() - paused_at < 2.0, "the paused holder's lease runs out"
+        lease = await successor.acquire(timeout=runs_out + 5)
+        assert time.monotonic() - paused_at < runs_out, "the paused holder's lease runs out"
         assert lease.fence > int(first.split()[1])
-        await asyncio.sleep(max(0.0, paused_at + 2.0 - time.monotonic()))
+        await asyncio.sleep(max(0.0, paused_at + runs_out - time.monotonic()))
 
         process.send_signal(signal.SIGCONT)
         resumed_at = time.monotonic()
-        learned = await asyncio.wait_for(process.stdout.readline(), 5)
+        learned = await asyncio.wait_for(process.stdout.readline(), told + 5)
         assert learned.startswith(b"LOST "), learned
-        assert time.monotonic() - resumed_at < 1.0, "its renewal should tell it at once"
+        assert time.monotonic() - resumed_at < told, "its renewal should tell it at once"
 
-        output, errors = await asyncio.wait_for(process.communicate(), 10)
+        output, errors = await asyncio.wait_for(process.communicate(), told + 10)
         assert output.decode().split() == ["RELEASED", "expired"], errors.decode()
         assert process.returncode == 3
         assert await successor.owned(), "the paused holder must not touch its successor's lease"
@@ -211,13 +218,19 @@ async def test_paused_holder_learns_it_lost_the_lease(make_locks, flavor, redlea
             await process.wait()
 
 
-@pytest.mark.timeout(40)
-async def test_thousand_leases_are_renewed_by_one_worker_in_batches(make_locks, flavor):
+@pytest.mark.timeout(90)
+async def test_thousand_leases_are_renewed_by_one_worker_in_batches(make_locks, flavor, round_trip):
     already_running = renewal_workers(flavor)  # left by other clients, if any
     locks = await make_locks()
     shards = [f"shard-{number}" for number in range(1000)]
-    leases = await acquire_all(locks, shards, ttl=1.5, renew=True)
-    await asyncio.sleep(3.5 - (time.monotonic() - min(lease.acquired_at for lease in leases)))
+    ttl = renewing_ttl(round_trip, quiet=1.5)
+    # Taken within one TTL: at most seven batches of renewals for a thousand leases.
+    leases = await take_together(locks, shards, owner="shards", ttl=ttl, within=1.0)
+    ttl = leases[0].ttl  # longer than asked if the machine was too busy to take them together
+    assert await eventually(
+        lambda: renewed_or_lost(leases, 1),
+        within=ttl + allowing(round_trip, quiet=1.0, round_trips=RENEWAL_ROUND_TRIPS),
+    )
 
     workers = [worker for worker in renewal_workers(flavor) if worker not in already_running]
     assert len(workers) == 1, f"one renewal worker per client, found {workers}"
@@ -226,7 +239,7 @@ async def test_thousand_leases_are_renewed_by_one_worker_in_batches(make_locks, 
     renewed = sum(lease.renewals for lease in leases)
     round_trips = locks.renewer.round_trips
     assert 0 < round_trips <= renewed / 50, f"{renewed} renewals took {round_trips} round trips"
-    outcomes = await release_all(locks, shards)
+    outcomes = await release_all(locks, shards, owner="shards")
     assert set(outcomes) == {ReleaseOutcome.RELEASED}
 
 

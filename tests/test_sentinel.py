@@ -21,7 +21,7 @@ import redis
 import redis.asyncio.sentinel
 import redis.sentinel
 
-from conftest import token_in
+from conftest import allowing, renewing_ttl, token_in
 from redlease import NotReplicated, ReleaseOutcome
 from redlease.topology import LocalSentinel
 
@@ -79,7 +79,7 @@ async def make_sentinel_locks(
 
 
 async def test_locks_work_through_a_sentinel_managed_client(
-    make_sentinel_locks, redlease_sentinel, prefix
+    make_sentinel_locks, redlease_sentinel, prefix, round_trip
 ):
     holder = await make_sentinel_locks()
     waiting = await make_sentinel_locks()
@@ -93,7 +93,9 @@ async def test_locks_work_through_a_sentinel_managed_client(
     assert await holder.lock("report").release() is ReleaseOutcome.RELEASED
     handed = await asyncio.wait_for(waiter, 10)
 
-    assert time.monotonic() - released_at < 1.0, "hand-off, not the 30 s TTL, woke the waiter"
+    assert time.monotonic() - released_at < allowing(round_trip, quiet=1.0), (
+        "hand-off, not the 30 s TTL, woke the waiter"
+    )
     assert handed.fence > lease.fence
     assert master_value(redlease_sentinel, key) == handed.token
     assert await waiting.lock("report", owner="w").release() is ReleaseOutcome.RELEASED
@@ -101,14 +103,15 @@ async def test_locks_work_through_a_sentinel_managed_client(
 
 
 async def test_lock_held_across_a_failover_stays_held_and_goes_to_the_waiter(
-    make_sentinel_locks, redlease_sentinel, prefix
+    make_sentinel_locks, redlease_sentinel, prefix, round_trip
 ):
     holder = await make_sentinel_locks()
     waiting = await make_sentinel_locks()
     key = f"{prefix}:{{invoice}}"
     # The TTL must outlast the failover itself (about 2 s here): a lease whose TTL runs out
     # while the sentinels elect a new master is lost, and reported lost.
-    lease = await holder.lock("invoice", ttl=6, renew=True).acquire()
+    ttl = renewing_ttl(round_trip, quiet=6)
+    lease = await holder.lock("invoice", ttl=ttl, renew=True).acquire()
     waiter = asyncio.create_task(waiting.lock("invoice", owner="w").acquire(timeout=15))
     try:
         assert await eventually(lambda: len(waiting.notifier.channels()) == 1, 5)
@@ -119,7 +122,7 @@ async def test_lock_held_across_a_failover_stays_held_and_goes_to_the_waiter(
         assert new_address != old_address
         assert master_value(redlease_sentinel, key) == lease.token, "the grant was replicated"
         renewals_before = lease.renewals
-        await asyncio.sleep(5)  # an unrenewed 6 s lease would be near its end by now
+        await asyncio.sleep(5 * ttl / 6)  # an unrenewed lease would be near its end by now
         assert lease.lost or master_value(redlease_sentinel, key) == lease.token, (
             "the holder believes it holds a lock that the new master no longer has"
         )
@@ -134,7 +137,9 @@ async def test_lock_held_across_a_failover_stays_held_and_goes_to_the_waiter(
 
         assert master_value(redlease_sentinel, key) == handed.token
         assert handed.fence > lease.fence
-        assert waited < 1.0, f"the waiter took {waited:.2f} s: its wake-up missed the new master"
+        assert waited < allowing(round_trip, quiet=1.0), (
+            f"the waiter took {waited:.2f} s: its wake-up missed the new master"
+        )
         assert await waiting.lock("invoice", owner="w").release() is ReleaseOutcome.RELEASED
     finally:
         waiter.cancel()
@@ -178,7 +183,7 @@ async def test_master_killed_before_replicas_got_the_grant_lets_a_second_client_
 
 
 async def test_replicas_1_refuses_a_grant_the_paused_replicas_cannot_confirm(
-    make_sentinel_locks, redlease_sentinel, prefix
+    make_sentinel_locks, redlease_sentinel, prefix, round_trip
 ):
     locks = await make_sentinel_locks(replicas=1, replica_timeout=REPLICA_TIMEOUT)
     replicas = redlease_sentinel.servers[1:]
@@ -194,7 +199,7 @@ async def test_replicas_1_refuses_a_grant_the_paused_replicas_cannot_confirm(
         for replica in replicas:
             replica.resume()
 
-    assert elapsed < REPLICA_TIMEOUT + 0.5, (
+    assert elapsed < REPLICA_TIMEOUT + allowing(round_trip, quiet=0.5), (
         f"NotReplicated took {elapsed:.2f} s with a {REPLICA_TIMEOUT} s replica timeout"
     )
     lease = await locks.lock("shipment", ttl=30).acquire(timeout=5)

