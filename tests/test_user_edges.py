@@ -151,3 +151,20 @@ def test_an_expired_release_is_silent_without_logging_configuration(redlease_url
     )
     assert done.returncode == 0, done.stderr
     assert done.stderr == "", "a library printed on the application's stderr"
+
+
+def test_threads_taking_a_clients_first_leases_at_once_start_one_renewal_worker(
+    redlease_url, prefix
+):
+    import threading  # noqa: PLC0415
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
+    with redlease.Locks(redlease_url, prefix=prefix) as locks:
+
+        def take(number: int) -> None:
+            locks.lock(f"n{number}", owner="o", ttl=5, renew=True).acquire()
+
+        with ThreadPoolExecutor(20) as pool:
+            list(pool.map(take, range(200)))
+        renewers = [t for t in threading.enumerate() if t.name == "redlease-renewer"]
+        assert len(renewers) == 1
