@@ -130,7 +130,7 @@ def test_ls_pattern_and_table_show_only_matching_names(redlease_url, prefix, loc
 def test_show_tells_the_waiters_and_a_free_lock(redlease_url, prefix, locks):
     lease = locks.lock("nightly").acquire()
     with redis.Redis.from_url(redlease_url) as client:
-        client.rpush(f"{prefix}:{{nightly}}:queue", "30000:abc|otherhost|4242|thread T")
+        client.rpush(f"{prefix}:{{nightly}}:queue", "30000:c1d2:abc|otherhost|4242|thread T")
 
     shown = last_json(run_cli("show", "nightly", "--json", "--prefix", prefix, url=redlease_url))
     free = run_cli("show", "never-taken", "--prefix", prefix, url=redlease_url)

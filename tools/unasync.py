@@ -16,7 +16,15 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "src" / "redlease"
-GENERATED = ("family.py", "lock.py", "notify.py", "redlock.py", "renewer.py", "scripts.py")
+GENERATED = (
+    "family.py",
+    "fanout.py",
+    "lock.py",
+    "notify.py",
+    "redlock.py",
+    "renewer.py",
+    "scripts.py",
+)
 HEADER = "# Generated from redlease/aio/{name} by tools/unasync.py; edit that file instead.\n"
 
 REPLACEMENTS: list[tuple[str, str]] = [

@@ -213,6 +213,7 @@ class AsyncLocks(LocksBase):
 
     def after_fork(self) -> None:
         super().after_fork()
+        self.scripts = Scripts(self.client)
         self.notifier = AsyncNotifier(self.client, self.commands, self.clock, self._give_back_stray)
         self.renewer = AsyncRenewer(self)
         self._watching = False

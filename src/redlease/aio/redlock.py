@@ -11,15 +11,16 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Hashable, Sequence
-from functools import partial
 from types import TracebackType
 from typing import Any
 
 from redis.asyncio import Redis
 
 from redlease.aio._flavor import concurrently, current_owner, fire, sleep
+from redlease.aio.fanout import AsyncFanout
 from redlease.aio.lock import AsyncLeaseHandle, AsyncLocks
 from redlease.aio.renewer import AsyncRenewer
+from redlease.compat import ResponseErrors
 from redlease.core.base import LocksBase, Owner, TokenFactory, random_token
 from redlease.core.claims import Claim
 from redlease.core.hooks import Hooks, combine
@@ -32,9 +33,7 @@ from redlease.core.protocol import (
     Flow,
     Grant,
     alive,
-    call_flow,
-    extend_flow,
-    give_back,
+    refused,
     release_flow,
 )
 from redlease.core.redlock import Tally, quorum, quorum_answer, tally_acquire
@@ -68,6 +67,12 @@ class AsyncRedlock(LocksBase):
         self.quorum = quorum(len(self.masters))
         self.hooks = combine(hooks)
         self.renewer = AsyncRenewer(self)
+        self._fanout = AsyncFanout([master.scripts for master in self.masters])
+
+    def after_fork(self) -> None:
+        super().after_fork()
+        self.renewer = AsyncRenewer(self)
+        self._fanout = AsyncFanout([master.scripts for master in self.masters])
 
     def lock(
         self,
@@ -103,6 +108,18 @@ class AsyncRedlock(LocksBase):
             return []
         return await concurrently([_on(master, flow) for master in masters])
 
+    async def everywhere(self, op: RunScript, only: Sequence[int] | None = None) -> list[Any]:
+        """One script on every master (or those at ``only``) in one round trip from this
+        thread: each reply, or the error that stands for it (a refusal as ServerRefused)."""
+        indexes = range(len(self.masters)) if only is None else only
+        masters = [self.masters[index] for index in indexes]
+        for master in masters:
+            await master._on_this_loop()
+        replies = await self._fanout.run(op, indexes)
+        return [
+            refused(op, reply) if isinstance(reply, ResponseErrors) else reply for reply in replies
+        ]
+
     async def renew_batch(self, due: list[Lease]) -> list[bool | None]:
         """Renew on every master; a lease is kept while a majority still holds it."""
         per_master = await concurrently([_renewing(master, due) for master in self.masters])
@@ -115,6 +132,7 @@ class AsyncRedlock(LocksBase):
         """Stop the renewal worker and close every master's client; no new lease after."""
         self.closed = True
         await self.renewer.stop()
+        await self._fanout.close()
         for master in self.masters:
             await master.aclose()
 
@@ -196,21 +214,18 @@ class AsyncRedlockLock(AsyncLeaseHandle[AsyncRedlock]):
         nothing a failed round left behind can answer for a later lease.
         """
         started = self.locks.clock()
-        replies = await self.locks.each(
-            lambda: call_flow(claim.acquire_op("0"), self.keys, "acquire")
-        )
-        tally = tally_acquire(replies)
+        tally = tally_acquire(await self.locks.everywhere(claim.acquire_op("0")))
         if tally.granted((self.locks.clock() - started) * 1000, self.ttl_ms):
             fence = max(tally.fences)
             behind = tally.behind()
             floor = RunScript(ScriptName.FENCE_FLOOR, (self.keys.fence,), (fence,))
-            raised = await self.locks.each(partial(call_flow, floor, self.keys, "fence"), behind)
+            raised = await self.locks.everywhere(floor, behind) if behind else []
             grant = Grant(claim, fence, started)
             if tally.confirmed(dict(zip(behind, raised, strict=True))) >= self.locks.quorum and (
                 alive(grant, self.locks.clock())
             ):
                 return grant, tally
-        await self.locks.each(lambda: give_back(claim))
+        await self.locks.everywhere(claim.release_op(withdraw=False, latch=False))
         return None, tally
 
     async def release(self) -> ReleaseOutcome:
@@ -220,7 +235,11 @@ class AsyncRedlockLock(AsyncLeaseHandle[AsyncRedlock]):
             return ReleaseOutcome.STILL_HELD
         if lease.lost:  # past its deadline: tell the holder now, not when the replies come
             fire(lease, lease.mark_lost(PAST_DEADLINE))
-        replies = await self.locks.each(lambda: release_flow(lease.claim))
+        replies = await self.locks.everywhere(lease.claim.release_op(withdraw=False))
+        lost = [index for index, reply in enumerate(replies) if isinstance(reply, Exception)]
+        again = await self.locks.each(lambda: release_flow(lease.claim), lost)
+        for index, reply in zip(lost, again, strict=True):
+            replies[index] = reply  # a lost reply: the release (and its latch) answer again
         released = sum(1 for code in replies if isinstance(code, int) and code >= RELEASED)
         code = RELEASED if released >= self.locks.quorum else TAKEN_OVER
         outcome, callbacks = self._finish_release(lease, code)
@@ -232,8 +251,13 @@ class AsyncRedlockLock(AsyncLeaseHandle[AsyncRedlock]):
         lease, ttl_ms = self._begin_extend(ttl)
         clock = self.locks.clock
         started = clock()
-        replies = await self.locks.each(lambda: extend_flow(lease.claim, ttl_ms, clock))
-        kept = sum(1 for reply in replies if isinstance(reply, tuple) and reply[0])
+        renew = RunScript(
+            ScriptName.RENEW,
+            (lease.claim.renew_key,),
+            (lease.claim.renew_kind, lease.token, ttl_ms),
+        )
+        replies = await self.locks.everywhere(renew)
+        kept = sum(1 for reply in replies if isinstance(reply, list) and int(reply[0]) == 1)
         in_time = (clock() - started) * 1000 < ttl_ms - drift_ms(ttl_ms)
         result = (kept >= self.locks.quorum and in_time, started)
         callbacks = self._finish_extend(lease, ttl_ms, result, self.role)

@@ -7,6 +7,7 @@ since a cluster pipeline refuses scripts.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,7 +15,7 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
 from redlease.aio._flavor import concurrently, is_cluster, node_of, refresh_topology
-from redlease.compat import AskErrors, ConnectionErrors, NoScriptErrors
+from redlease.compat import AskErrors, ConnectionErrors, NoScriptErrors, ResponseErrors
 from redlease.core.ops import RunScript
 from redlease.core.protocol import NETWORK_ERRORS
 from redlease.core.replication import ReplicaAcks
@@ -27,10 +28,20 @@ runs Python code, and this lookup is on every lock command."""
 
 
 class Scripts:
+    """Runs the lock scripts on one client's server (or, on a cluster, routes them).
+
+    Single calls on a plain client go over connections of its own, made by the client's
+    pool and kept in a free list of this object: redis-py's pool does bookkeeping on every
+    checkout that costs more than a lock's whole script. A connection that failed is
+    closed and handed back to the pool; a forked child starts with none.
+    """
+
     def __init__(self, client: Redis | RedisCluster) -> None:
         self.client = client
         self.cluster = is_cluster(client)
         self._loaded: set[ScriptName] = set()
+        self._idle: list[Any] = []
+        self._pid = os.getpid()
 
     async def run(self, op: RunScript) -> Any:
         """One script call, sent again once if the connection turned out dead (a server
@@ -47,12 +58,44 @@ class Scripts:
         if op.acks is not None:
             return await self._acknowledged(op, op.acks)
         keys = op.keys
-        execute: Any = self.client.execute_command  # untyped in the sync redis-py client
+        if self.cluster:
+            execute: Any = self.client.execute_command  # untyped in the sync redis-py client
+            try:
+                return await execute("EVALSHA", SHA_OF[id(op.script)], len(keys), *keys, *op.args)
+            except NoScriptErrors:
+                await self.client.script_load(op.script.source)
+                return await execute("EVALSHA", SHA_OF[id(op.script)], len(keys), *keys, *op.args)
+        return await self._direct(op)
+
+    async def _direct(self, op: RunScript) -> Any:
+        """EVALSHA on a connection of this object's free list (see the class docstring); a
+        server that does not know the script gets it on that same connection (behind a
+        Sentinel, the pool may still reach another server than this connection)."""
+        idle = self._idle
+        if self._pid != os.getpid():  # a forked child: the parent's sockets are not ours
+            idle.clear()
+            self._pid = os.getpid()
+        client: Any = self.client  # a plain client here: a cluster routes by itself
+        connection = idle.pop() if idle else await checkout(client.connection_pool)
+        keys, sha = op.keys, SHA_OF[id(op.script)]
+        command = connection.pack_command("EVALSHA", sha, len(keys), *keys, *op.args)
         try:
-            return await execute("EVALSHA", SHA_OF[id(op.script)], len(keys), *keys, *op.args)
-        except NoScriptErrors:
-            await self.client.script_load(op.script.source)
-            return await execute("EVALSHA", SHA_OF[id(op.script)], len(keys), *keys, *op.args)
+            try:
+                await connection.send_packed_command(command)
+                reply = await connection.read_response()
+            except NoScriptErrors:
+                await connection.send_command("SCRIPT", "LOAD", op.script.source)
+                await connection.read_response()
+                await connection.send_packed_command(command)
+                reply = await connection.read_response()
+        except ResponseErrors:
+            idle.append(connection)  # the server answered: the connection is fine
+            raise
+        except BaseException:
+            await give_up(client.connection_pool, connection)
+            raise
+        idle.append(connection)
+        return reply
 
     async def _acknowledged(self, op: RunScript, acks: ReplicaAcks) -> Any:
         """The script and WAIT (and WAITAOF) on one connection: WAIT counts its writes.
@@ -130,3 +173,19 @@ def _spread_error(result: Any, count: int) -> list[Any]:
 def _misrouted(reply: Any) -> bool:
     """The slot lives elsewhere now (MOVED/ASK), or its node is gone: refresh the slot map."""
     return isinstance(reply, (*AskErrors, *NETWORK_ERRORS))
+
+
+async def checkout(pool: Any) -> Any:
+    """A connection of ``pool`` to keep (a Sentinel pool's knows where the master is)."""
+    try:
+        return await pool.get_connection()
+    except TypeError:  # redis-py before 5.3 names the command
+        return await pool.get_connection("EVALSHA")
+
+
+async def give_up(pool: Any, connection: Any) -> None:
+    """Close a kept connection that failed and hand it back to its pool."""
+    try:
+        await connection.disconnect()
+    finally:
+        await pool.release(connection)

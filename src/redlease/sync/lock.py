@@ -214,6 +214,7 @@ class Locks(LocksBase):
 
     def after_fork(self) -> None:
         super().after_fork()
+        self.scripts = Scripts(self.client)
         self.notifier = Notifier(self.client, self.commands, self.clock, self._give_back_stray)
         self.renewer = Renewer(self)
         self._watching = False

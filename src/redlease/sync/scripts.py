@@ -8,13 +8,14 @@ since a cluster pipeline refuses scripts.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
 from redis import Redis
 from redis.cluster import RedisCluster
 
-from redlease.compat import AskErrors, ConnectionErrors, NoScriptErrors
+from redlease.compat import AskErrors, ConnectionErrors, NoScriptErrors, ResponseErrors
 from redlease.core.ops import RunScript
 from redlease.core.protocol import NETWORK_ERRORS
 from redlease.core.replication import ReplicaAcks
@@ -28,10 +29,20 @@ runs Python code, and this lookup is on every lock command."""
 
 
 class Scripts:
+    """Runs the lock scripts on one client's server (or, on a cluster, routes them).
+
+    Single calls on a plain client go over connections of its own, made by the client's
+    pool and kept in a free list of this object: redis-py's pool does bookkeeping on every
+    checkout that costs more than a lock's whole script. A connection that failed is
+    closed and handed back to the pool; a forked child starts with none.
+    """
+
     def __init__(self, client: Redis | RedisCluster) -> None:
         self.client = client
         self.cluster = is_cluster(client)
         self._loaded: set[ScriptName] = set()
+        self._idle: list[Any] = []
+        self._pid = os.getpid()
 
     def run(self, op: RunScript) -> Any:
         """One script call, sent again once if the connection turned out dead (a server
@@ -48,12 +59,44 @@ class Scripts:
         if op.acks is not None:
             return self._acknowledged(op, op.acks)
         keys = op.keys
-        execute: Any = self.client.execute_command  # untyped in the sync redis-py client
+        if self.cluster:
+            execute: Any = self.client.execute_command  # untyped in the sync redis-py client
+            try:
+                return execute("EVALSHA", SHA_OF[id(op.script)], len(keys), *keys, *op.args)
+            except NoScriptErrors:
+                self.client.script_load(op.script.source)
+                return execute("EVALSHA", SHA_OF[id(op.script)], len(keys), *keys, *op.args)
+        return self._direct(op)
+
+    def _direct(self, op: RunScript) -> Any:
+        """EVALSHA on a connection of this object's free list (see the class docstring); a
+        server that does not know the script gets it on that same connection (behind a
+        Sentinel, the pool may still reach another server than this connection)."""
+        idle = self._idle
+        if self._pid != os.getpid():  # a forked child: the parent's sockets are not ours
+            idle.clear()
+            self._pid = os.getpid()
+        client: Any = self.client  # a plain client here: a cluster routes by itself
+        connection = idle.pop() if idle else checkout(client.connection_pool)
+        keys, sha = op.keys, SHA_OF[id(op.script)]
+        command = connection.pack_command("EVALSHA", sha, len(keys), *keys, *op.args)
         try:
-            return execute("EVALSHA", SHA_OF[id(op.script)], len(keys), *keys, *op.args)
-        except NoScriptErrors:
-            self.client.script_load(op.script.source)
-            return execute("EVALSHA", SHA_OF[id(op.script)], len(keys), *keys, *op.args)
+            try:
+                connection.send_packed_command(command)
+                reply = connection.read_response()
+            except NoScriptErrors:
+                connection.send_command("SCRIPT", "LOAD", op.script.source)
+                connection.read_response()
+                connection.send_packed_command(command)
+                reply = connection.read_response()
+        except ResponseErrors:
+            idle.append(connection)  # the server answered: the connection is fine
+            raise
+        except BaseException:
+            give_up(client.connection_pool, connection)
+            raise
+        idle.append(connection)
+        return reply
 
     def _acknowledged(self, op: RunScript, acks: ReplicaAcks) -> Any:
         """The script and WAIT (and WAITAOF) on one connection: WAIT counts its writes.
@@ -131,3 +174,19 @@ def _spread_error(result: Any, count: int) -> list[Any]:
 def _misrouted(reply: Any) -> bool:
     """The slot lives elsewhere now (MOVED/ASK), or its node is gone: refresh the slot map."""
     return isinstance(reply, (*AskErrors, *NETWORK_ERRORS))
+
+
+def checkout(pool: Any) -> Any:
+    """A connection of ``pool`` to keep (a Sentinel pool's knows where the master is)."""
+    try:
+        return pool.get_connection()
+    except TypeError:  # redis-py before 5.3 names the command
+        return pool.get_connection("EVALSHA")
+
+
+def give_up(pool: Any, connection: Any) -> None:
+    """Close a kept connection that failed and hand it back to its pool."""
+    try:
+        connection.disconnect()
+    finally:
+        pool.release(connection)

@@ -1,0 +1,98 @@
+"""One script on several independent servers in one round trip, from one thread or task.
+
+A Redlock round sends the same script to every master and counts the answers. Here it is
+sent to every master first and the answers are read after, so a round costs about one
+round trip (the slowest master's), not one per master, with no thread pool. Each master
+gets a connection of its own, kept between rounds (the pool's bookkeeping per command
+costs more than the send itself), and rounds take turns on them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import suppress
+from typing import Any
+
+from redlease.aio._flavor import Guard, current_loop
+from redlease.aio.scripts import Scripts, checkout, give_up
+from redlease.compat import NoScriptErrors
+from redlease.core.ops import RunScript
+
+
+class AsyncFanout:
+    def __init__(self, targets: Sequence[Scripts]) -> None:
+        self._targets = list(targets)
+        self._connections: list[Any] = [None] * len(self._targets)
+        self._guard = Guard()
+        self._loop: Any = None
+
+    async def run(self, op: RunScript, only: Sequence[int] | None = None) -> list[Any]:
+        """The reply of every target (or those at the indexes ``only``), in order; a target
+        that failed has the exception instead."""
+        indexes = list(range(len(self._targets))) if only is None else list(only)
+        async with self._guard:
+            self._follow_loop()
+            sent = [await self._send(index, op) for index in indexes]
+            replies = []
+            for index, outcome in zip(indexes, sent, strict=True):
+                if outcome is None:
+                    replies.append(await self._read(index, op))
+                else:
+                    replies.append(outcome)
+            return replies
+
+    async def close(self) -> None:
+        async with self._guard:
+            for index in range(len(self._connections)):
+                await self._drop(index)
+
+    def _follow_loop(self) -> None:
+        """Connections of an event loop that is over are dropped (not closed: they belong
+        to that loop)."""
+        loop = current_loop()
+        if loop is not self._loop:
+            self._loop = loop
+            self._connections = [None] * len(self._targets)
+
+    async def _send(self, index: int, op: RunScript) -> Any:
+        """``None`` once sent; otherwise the reply already had (a cluster client, which
+        routes by itself, or the error)."""
+        scripts = self._targets[index]
+        if scripts.cluster:
+            return await _alone(scripts, op)
+        try:
+            connection = self._connections[index]
+            if connection is None:
+                client: Any = scripts.client
+                connection = self._connections[index] = await checkout(client.connection_pool)
+            keys = op.keys
+            command = connection.pack_command("EVALSHA", op.script.sha, len(keys), *keys, *op.args)
+            await connection.send_packed_command(command)
+        except Exception as exc:
+            await self._drop(index)
+            return exc
+        return None
+
+    async def _read(self, index: int, op: RunScript) -> Any:
+        try:
+            return await self._connections[index].read_response()
+        except NoScriptErrors:
+            return await _alone(self._targets[index], op)
+        except Exception as exc:
+            await self._drop(index)
+            return exc
+
+    async def _drop(self, index: int) -> None:
+        connection, self._connections[index] = self._connections[index], None
+        if connection is not None:
+            client: Any = self._targets[index].client
+            with suppress(Exception):  # a broken connection is dropped anyway
+                await give_up(client.connection_pool, connection)
+
+
+async def _alone(scripts: Scripts, op: RunScript) -> Any:
+    """The script on one server by the usual path (it loads a script the server lacks)."""
+    try:
+        return await scripts.run(op)
+    except Exception as exc:
+        return exc
