@@ -129,7 +129,7 @@ class Locks(LocksBase):
         if sharded_pubsub is not None:
             self.pubsub_commands = PubSubCommands(sharded_pubsub)
         self.replica_template = ReplicaAcks(
-            1, ttl_to_ms(replica_timeout, "replica_timeout"), replica_aof
+            1, ttl_to_ms(replica_timeout, "replica_timeout", 1), replica_aof
         )
         if replicas:
             self.acks = self.replica_acks(replicas)
