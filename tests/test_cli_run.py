@@ -21,6 +21,8 @@ import pytest
 import redis
 
 import redlease
+from redlease.chaos.proxy import Mode, ProxyHub
+from redlease.commands.run import RELEASE_AFTER_LOSS
 
 RUN_TIMEOUT = 30
 
@@ -133,7 +135,7 @@ def test_command_sees_the_lease_and_the_fence_grows_between_runs(redlease_url, n
     _, host, pid, owner = first["REDLEASE_TOKEN"].split("|")
     assert host
     assert pid.isdigit()
-    assert owner.startswith("thread ")
+    assert owner == "owner redlease-run"
     with redis.Redis.from_url(redlease_url) as client:
         assert not client.exists(f"redlease:{{{name}}}")  # released after each run
 
@@ -279,6 +281,30 @@ time.sleep(30)
     [line] = stderr.splitlines()  # one line, not the library's warning and two of ours
     assert "lost the lease" in line
     assert "75" in line
+
+
+def test_a_lease_lost_to_a_dead_link_does_not_hold_run_up_in_its_release(
+    redlease_url, name, tmp_path
+):
+    """The release after a loss has nothing to save; on a black-holed link it must not
+    keep the exit waiting for the socket's timeout."""
+    ready = tmp_path / "ready"
+    target = redis.Redis.from_url(redlease_url).connection_pool.connection_kwargs
+    with ProxyHub() as hub:
+        link = hub.link(target["host"], target["port"])
+        sleeper = f"import pathlib, time; pathlib.Path({str(ready)!r}).touch(); time.sleep(60)"
+        run = start_cli(
+            "run", name, "--ttl", "1", "--grace", "0.5", "--", *python(sleeper), url=link.url
+        )
+        wait_for_file(ready, run)
+        link.set(mode=Mode.BLACKHOLE)
+        cut = time.monotonic()
+        status, _, stderr = finish(run)
+        took = time.monotonic() - cut
+    assert status == 75, stderr
+    assert "lost the lease" in stderr
+    limit = 1 + 0.5 + RELEASE_AFTER_LOSS + 2  # ttl, grace, the release's bound, slack
+    assert took < limit, f"run exited {took:.1f} s after the link died: {stderr}"
 
 
 def test_a_command_deaf_to_sigterm_is_killed_after_the_grace(redlease_url, name, tmp_path):

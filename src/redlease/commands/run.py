@@ -55,6 +55,11 @@ TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGHUP)
 IDLE_CHECK = 1.0
 KILL_WAIT = 10.0
 DEFAULT_GRACE = 5.0
+RUN_OWNER = "redlease-run"
+"""The lease belongs to the run, not to a thread: a helper thread may give it back."""
+RELEASE_AFTER_LOSS = 1.0
+"""How long `run` tries to give back a lease already lost before exiting anyway: the lease
+has ended (or ends within the drift allowance), so the release saves nothing."""
 
 
 class Interrupted(KeyboardInterrupt):
@@ -142,7 +147,7 @@ def run_locked(args: argparse.Namespace) -> int:
             _Relay() as relay,
             Locks(reached.url, prefix=args.prefix, cluster=reached.cluster) as locks,
         ):
-            lock = locks.lock(args.name, ttl=args.ttl, renew=renew)
+            lock = locks.lock(args.name, ttl=args.ttl, renew=renew, owner=RUN_OWNER)
             started = time.monotonic()
             try:
                 lease = lock.acquire(timeout=timeout)
@@ -336,6 +341,19 @@ class _Supervisor:
         return 128 - code if code < 0 else code
 
     def _release(self) -> ReleaseOutcome | None:
+        if not self.lost.is_set():
+            return self._release_now()
+        outcome: list[ReleaseOutcome | None] = []
+        giving_back = threading.Thread(
+            target=lambda: outcome.append(self._release_now()),
+            name="redlease-release",
+            daemon=True,
+        )
+        giving_back.start()
+        giving_back.join(RELEASE_AFTER_LOSS)
+        return outcome[0] if outcome else None
+
+    def _release_now(self) -> ReleaseOutcome | None:
         try:
             return self.lock.release()
         except LockError as error:
