@@ -40,11 +40,10 @@ from redlease.core.base import (
     TokenFactory,
     random_token,
 )
-from redlease.core.claims import Claim
 from redlease.core.hooks import ERROR, Hooks, combine
 from redlease.core.lease import PAST_DEADLINE, Lease, ReleaseOutcome
 from redlease.core.multi import one_slot
-from redlease.core.ops import RunScript, Subscribe
+from redlease.core.ops import Claim, RunScript, Subscribe
 from redlease.core.protocol import (
     NETWORK_ERRORS,
     AcquireRequest,

@@ -19,9 +19,10 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from redlease.core.claims import Claim, ExclusiveClaim, split_lease_value
+from redlease.core.claims import ExclusiveClaim, split_lease_value
 from redlease.core.hooks import ACQUIRED, ERROR, TIMEOUT, AcquireEvent, Hooks, is_silent
 from redlease.core.lease import Lease, LostCallback, ReleaseOutcome, local_deadline
+from redlease.core.ops import Claim
 from redlease.core.protocol import HANDED_OVER, AcquireRequest, Clock, Grant, release_reason
 from redlease.core.renewal import RenewalSchedule
 from redlease.core.replication import ReplicaAcks

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from redlease.core.base import LeasedBase, LockBase, LocksBase, Owner
-from redlease.core.claims import Claim, ExclusiveClaim, SharedClaim
+from redlease.core.claims import ExclusiveClaim, SharedClaim
 from redlease.core.lease import Lease, LostCallback, local_deadline
+from redlease.core.ops import Claim
 from redlease.errors import InvalidArgument, LockError, NotOwned
 from redlease.keys import LockKeys
 

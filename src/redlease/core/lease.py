@@ -7,10 +7,8 @@ import logging
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from redlease.core.claims import Claim
+from redlease.core.ops import Claim
 
 logger = logging.getLogger("redlease")
 

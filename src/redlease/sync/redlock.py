@@ -19,10 +19,9 @@ from redis import Redis
 
 from redlease.compat import ResponseErrors
 from redlease.core.base import LocksBase, Owner, TokenFactory, random_token
-from redlease.core.claims import Claim
 from redlease.core.hooks import Hooks, combine
 from redlease.core.lease import PAST_DEADLINE, Lease, ReleaseOutcome, drift_ms
-from redlease.core.ops import RunScript
+from redlease.core.ops import Claim, RunScript
 from redlease.core.protocol import (
     RELEASED,
     TAKEN_OVER,
