@@ -27,8 +27,8 @@ import pytest_asyncio
 import redis
 
 import redlease
-from redlease.core.base import Owner
 from redlease.core.lease import Lease
+from redlease.core.owner import Owner
 from redlease.keys import LockKeys
 from redlease.server import EmbeddedServer
 

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any
 
 from redlease.aio._flavor import current_owner, fire
 from redlease.aio.lock import AsyncLock
-from redlease.core.base import Owner
 from redlease.core.claims import SharedClaim
 from redlease.core.family import (
     MultiLease,
@@ -20,6 +19,7 @@ from redlease.core.hooks import ACQUIRED, ERROR, TIMEOUT
 from redlease.core.lease import Lease, ReleaseOutcome
 from redlease.core.multi import multi_acquire_flow
 from redlease.core.ops import RunScript
+from redlease.core.owner import Owner
 from redlease.core.protocol import call_flow, latch_wait_flow, release_flow
 from redlease.errors import InvalidArgument, LeaseLost, LockTimeout
 from redlease.keys import ttl_to_ms

@@ -21,10 +21,11 @@ from redlease.aio.fanout import AsyncFanout
 from redlease.aio.lock import AsyncLeaseHandle, AsyncLocks
 from redlease.aio.renewer import AsyncRenewer
 from redlease.compat import ResponseErrors
-from redlease.core.base import LocksBase, Owner, TokenFactory, random_token
+from redlease.core.client_state import LocksBase
 from redlease.core.hooks import Hooks, combine
 from redlease.core.lease import PAST_DEADLINE, Lease, ReleaseOutcome, drift_ms
 from redlease.core.ops import Claim, RunScript
+from redlease.core.owner import Owner, TokenFactory, random_token
 from redlease.core.protocol import (
     RELEASED,
     TAKEN_OVER,

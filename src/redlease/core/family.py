@@ -8,16 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
-from typing import TypeVar
 
-from redlease.core.base import LeasedBase, LockBase, LocksBase, Owner
+from redlease.core.base import LeasedBase, LockBase
 from redlease.core.claims import ExclusiveClaim, SharedClaim
+from redlease.core.client_state import LocksT
 from redlease.core.lease import Lease, LostCallback, local_deadline
 from redlease.core.ops import Claim
+from redlease.core.owner import Owner
 from redlease.errors import InvalidArgument, LockError, NotOwned
 from redlease.keys import LockKeys
 
-LocksT = TypeVar("LocksT", bound=LocksBase)
 READ, WRITE = "#read", "#write"
 
 

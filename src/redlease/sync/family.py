@@ -6,7 +6,6 @@ from __future__ import annotations
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from redlease.core.base import Owner
 from redlease.core.claims import SharedClaim
 from redlease.core.family import (
     MultiLease,
@@ -19,6 +18,7 @@ from redlease.core.hooks import ACQUIRED, ERROR, TIMEOUT
 from redlease.core.lease import Lease, ReleaseOutcome
 from redlease.core.multi import multi_acquire_flow
 from redlease.core.ops import RunScript
+from redlease.core.owner import Owner
 from redlease.core.protocol import call_flow, latch_wait_flow, release_flow
 from redlease.errors import InvalidArgument, LeaseLost, LockTimeout
 from redlease.keys import ttl_to_ms

@@ -14,19 +14,13 @@ from redis import Redis
 from redis.cluster import RedisCluster
 
 from redlease.compat import ResponseErrors, check_client
-from redlease.core.base import (
-    LeasedBase,
-    LockBase,
-    LocksBase,
-    LocksT,
-    Owner,
-    TokenFactory,
-    random_token,
-)
+from redlease.core.base import LeasedBase, LockBase
+from redlease.core.client_state import LocksBase, LocksT
 from redlease.core.hooks import ERROR, Hooks, combine
 from redlease.core.lease import PAST_DEADLINE, Lease, ReleaseOutcome
 from redlease.core.multi import one_slot
 from redlease.core.ops import Claim, RunScript, Subscribe
+from redlease.core.owner import Owner, TokenFactory, random_token
 from redlease.core.protocol import (
     NETWORK_ERRORS,
     AcquireRequest,

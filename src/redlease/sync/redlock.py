@@ -18,10 +18,11 @@ from typing import Any
 from redis import Redis
 
 from redlease.compat import ResponseErrors
-from redlease.core.base import LocksBase, Owner, TokenFactory, random_token
+from redlease.core.client_state import LocksBase
 from redlease.core.hooks import Hooks, combine
 from redlease.core.lease import PAST_DEADLINE, Lease, ReleaseOutcome, drift_ms
 from redlease.core.ops import Claim, RunScript
+from redlease.core.owner import Owner, TokenFactory, random_token
 from redlease.core.protocol import (
     RELEASED,
     TAKEN_OVER,
