@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from redlease.aio._flavor import current_owner, fire
-from redlease.aio.lock import AsyncLock
+from redlease.aio.engine import AsyncEngine
+from redlease.aio.handle import AsyncLock
 from redlease.core.claims import SharedClaim
 from redlease.core.family import (
     MultiLease,
@@ -25,11 +26,8 @@ from redlease.errors import InvalidArgument, LeaseLost, LockTimeout
 from redlease.keys import ttl_to_ms
 from redlease.scripts import ScriptName
 
-if TYPE_CHECKING:
-    from redlease.aio.lock import AsyncLocks
 
-
-class AsyncReadLock(ReadLockBase["AsyncLocks"], AsyncLock):
+class AsyncReadLock(ReadLockBase[AsyncEngine], AsyncLock):
     """Readers share the lock; each reader's hold is a lease of its own."""
 
     async def locked(self) -> bool:
@@ -48,7 +46,7 @@ class AsyncReadLock(ReadLockBase["AsyncLocks"], AsyncLock):
         return await self.locks.client.zscore(self.keys.holders, lease.token) is not None
 
 
-class AsyncWriteLock(WriteLockBase["AsyncLocks"], AsyncLock):
+class AsyncWriteLock(WriteLockBase[AsyncEngine], AsyncLock):
     """One writer at a time, and no reader meanwhile."""
 
     async def locked(self) -> bool:
@@ -81,14 +79,14 @@ class AsyncWriteLock(WriteLockBase["AsyncLocks"], AsyncLock):
 class AsyncReadWriteLock:
     """Many readers or one writer, writer-preferring: ``rw.read`` and ``rw.write``."""
 
-    def __init__(self, locks: AsyncLocks, name: str, **options: Any) -> None:
+    def __init__(self, locks: AsyncEngine, name: str, **options: Any) -> None:
         self.read = AsyncReadLock(locks, name, **options)
         self.write = AsyncWriteLock(locks, name, **options)
         self.write.reader = self.read
         self.name = self.read.name
 
 
-class AsyncSemaphore(SemaphoreBase["AsyncLocks"]):
+class AsyncSemaphore(SemaphoreBase[AsyncEngine]):
     """``permits`` leased places: a crashed holder's permit returns when its lease ends."""
 
     def current_owner_ident(self) -> Owner:
@@ -134,7 +132,7 @@ class AsyncSemaphore(SemaphoreBase["AsyncLocks"]):
 class AsyncCountDownLatch:
     """Wait until ``count`` events happened (``count_down`` calls), from any process."""
 
-    def __init__(self, locks: AsyncLocks, name: str) -> None:
+    def __init__(self, locks: AsyncEngine, name: str) -> None:
         self.locks = locks
         self.keys = locks.keys(name)
         self.name = self.keys.name
@@ -174,7 +172,7 @@ class AsyncCountDownLatch:
         return await self.locks.drive(call_flow(op, self.keys, operation))
 
 
-class AsyncMultiLock(MultiLockBase["AsyncLocks"]):
+class AsyncMultiLock(MultiLockBase[AsyncEngine]):
     """Several locks taken all or none.
 
     On one server (or when all names share a cluster slot) the taking is one atomic step.

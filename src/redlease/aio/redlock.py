@@ -1,9 +1,10 @@
 """Redlock over independent masters, asyncio flavour (the sync twin is generated).
 
-Each master is its own :class:`AsyncLocks` client; a round sends the same script to all
-of them at once and counts a majority within the validity time. One renewal worker per
-Redlock client renews every held lease on every master, and a lease that no longer has a
-majority is reported lost. Read ``docs/guarantees.md`` before relying on it.
+Each master is its own client (an :class:`~redlease.aio.engine.AsyncEngine`); a round
+sends the same script to all of them at once and counts a majority within the validity
+time. One renewal worker per Redlock client renews every held lease on every master, and a
+lease that no longer has a majority is reported lost. Read ``docs/guarantees.md`` before
+relying on it.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from typing import Any
 from redis.asyncio import Redis
 
 from redlease.aio._flavor import concurrently, current_owner, fire, sleep
+from redlease.aio.engine import AsyncEngine
 from redlease.aio.fanout import AsyncFanout
-from redlease.aio.lock import AsyncLeaseHandle, AsyncLocks
+from redlease.aio.handle import AsyncLeaseHandle
 from redlease.aio.renewer import AsyncRenewer
 from redlease.compat import ResponseErrors
 from redlease.core.client_state import LocksBase
@@ -61,7 +63,7 @@ class AsyncRedlock(LocksBase):
             raise InvalidArgument("Redlock needs a list of masters (3 or 5 is usual)")
         super().__init__(prefix=prefix, clock=clock, token_factory=token_factory)
         self.masters = [
-            AsyncLocks(master, prefix=prefix, clock=clock, token_factory=token_factory)
+            AsyncEngine(master, prefix=prefix, clock=clock, token_factory=token_factory)
             for master in masters
         ]
         self.quorum = quorum(len(self.masters))
@@ -148,14 +150,14 @@ class AsyncRedlock(LocksBase):
         await self.aclose()
 
 
-def _on(master: AsyncLocks, flow: Callable[[], Flow]) -> Callable[[], Any]:
+def _on(master: AsyncEngine, flow: Callable[[], Flow]) -> Callable[[], Any]:
     async def run() -> Any:
         return await master.drive(flow())
 
     return run
 
 
-def _renewing(master: AsyncLocks, due: list[Lease]) -> Callable[[], Any]:
+def _renewing(master: AsyncEngine, due: list[Lease]) -> Callable[[], Any]:
     async def run() -> Any:
         return await master.renew_batch(due)
 

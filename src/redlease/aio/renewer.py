@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable
 
 from redlease.aio._flavor import Bounded, Wakeup, Worker, fire
 from redlease.core.lease import Lease
-
-if TYPE_CHECKING:
-    from redlease.aio.lock import AsyncLocks
-    from redlease.aio.redlock import AsyncRedlock
+from redlease.core.renewal import RenewalHost
 
 
 class AsyncRenewer:
@@ -20,7 +17,7 @@ class AsyncRenewer:
     so a lease whose renewal cannot be confirmed is reported lost on time.
     """
 
-    def __init__(self, locks: AsyncLocks | AsyncRedlock) -> None:
+    def __init__(self, locks: RenewalHost[Awaitable[list[bool | None]]]) -> None:
         self._locks = locks
         self._wakeup = Wakeup()
         self._worker: Worker | None = None

@@ -14,11 +14,14 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Sequence
+from typing import Protocol, TypeVar
 
 from redis.crc import key_slot
 
+from redlease.core.hooks import Hooks
 from redlease.core.lease import PAST_DEADLINE, Lease, LostCallback, local_deadline
 from redlease.core.ops import RunScript
+from redlease.core.protocol import Clock
 from redlease.scripts import ScriptName
 
 RETRY_AFTER_ERROR_S = 0.2
@@ -149,6 +152,28 @@ class RenewalSchedule:
                 del self._due[lease]
                 lost.append((lease, lease.mark_lost(reason)))
         return lost
+
+
+AnswersT_co = TypeVar("AnswersT_co", covariant=True)
+
+
+class RenewalHost(Protocol[AnswersT_co]):
+    """What a renewal worker needs from the client it serves (a ``Locks`` or a ``Redlock``):
+    the schedule, the clock, where to report, and one round trip's renewal of due leases
+    (``AnswersT_co`` is that call's result: the answers, or an awaitable of them)."""
+
+    @property
+    def renewals(self) -> RenewalSchedule: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def hooks(self) -> Hooks: ...
+
+    def renew_batch(self, due: list[Lease]) -> AnswersT_co:
+        """Renew ``due`` leases; one answer per lease (True kept, False lost, None unknown)."""
+        ...
 
 
 Batch = tuple[list[Lease], RunScript]

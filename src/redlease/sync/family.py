@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from redlease.core.claims import SharedClaim
 from redlease.core.family import (
@@ -24,13 +24,11 @@ from redlease.errors import InvalidArgument, LeaseLost, LockTimeout
 from redlease.keys import ttl_to_ms
 from redlease.scripts import ScriptName
 from redlease.sync._flavor import current_owner, fire
-from redlease.sync.lock import Lock
-
-if TYPE_CHECKING:
-    from redlease.sync.lock import Locks
+from redlease.sync.engine import Engine
+from redlease.sync.handle import Lock
 
 
-class ReadLock(ReadLockBase["Locks"], Lock):
+class ReadLock(ReadLockBase[Engine], Lock):
     """Readers share the lock; each reader's hold is a lease of its own."""
 
     def locked(self) -> bool:
@@ -49,7 +47,7 @@ class ReadLock(ReadLockBase["Locks"], Lock):
         return self.locks.client.zscore(self.keys.holders, lease.token) is not None
 
 
-class WriteLock(WriteLockBase["Locks"], Lock):
+class WriteLock(WriteLockBase[Engine], Lock):
     """One writer at a time, and no reader meanwhile."""
 
     def locked(self) -> bool:
@@ -82,14 +80,14 @@ class WriteLock(WriteLockBase["Locks"], Lock):
 class ReadWriteLock:
     """Many readers or one writer, writer-preferring: ``rw.read`` and ``rw.write``."""
 
-    def __init__(self, locks: Locks, name: str, **options: Any) -> None:
+    def __init__(self, locks: Engine, name: str, **options: Any) -> None:
         self.read = ReadLock(locks, name, **options)
         self.write = WriteLock(locks, name, **options)
         self.write.reader = self.read
         self.name = self.read.name
 
 
-class Semaphore(SemaphoreBase["Locks"]):
+class Semaphore(SemaphoreBase[Engine]):
     """``permits`` leased places: a crashed holder's permit returns when its lease ends."""
 
     def current_owner_ident(self) -> Owner:
@@ -135,7 +133,7 @@ class Semaphore(SemaphoreBase["Locks"]):
 class CountDownLatch:
     """Wait until ``count`` events happened (``count_down`` calls), from any process."""
 
-    def __init__(self, locks: Locks, name: str) -> None:
+    def __init__(self, locks: Engine, name: str) -> None:
         self.locks = locks
         self.keys = locks.keys(name)
         self.name = self.keys.name
@@ -173,7 +171,7 @@ class CountDownLatch:
         return self.locks.drive(call_flow(op, self.keys, operation))
 
 
-class MultiLock(MultiLockBase["Locks"]):
+class MultiLock(MultiLockBase[Engine]):
     """Several locks taken all or none.
 
     On one server (or when all names share a cluster slot) the taking is one atomic step.

@@ -1,10 +1,11 @@
 # Generated from redlease/aio/redlock.py by tools/unasync.py; edit that file instead.
 """Redlock over independent masters, sync flavour (the sync twin is generated).
 
-Each master is its own :class:`Locks` client; a round sends the same script to all
-of them at once and counts a majority within the validity time. One renewal worker per
-Redlock client renews every held lease on every master, and a lease that no longer has a
-majority is reported lost. Read ``docs/guarantees.md`` before relying on it.
+Each master is its own client (an :class:`~redlease.sync.engine.Engine`); a round
+sends the same script to all of them at once and counts a majority within the validity
+time. One renewal worker per Redlock client renews every held lease on every master, and a
+lease that no longer has a majority is reported lost. Read ``docs/guarantees.md`` before
+relying on it.
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ from redlease.errors import InvalidArgument, LeaseLost, LockTimeout, ServerUnava
 from redlease.keys import DEFAULT_PREFIX
 from redlease.scripts import ScriptName
 from redlease.sync._flavor import concurrently, current_owner, fire, sleep
+from redlease.sync.engine import Engine
 from redlease.sync.fanout import Fanout
-from redlease.sync.lock import LeaseHandle, Locks
+from redlease.sync.handle import LeaseHandle
 from redlease.sync.renewer import Renewer
 
 RETRY_DELAYS_S = (0.005, 0.05)
@@ -62,7 +64,7 @@ class Redlock(LocksBase):
             raise InvalidArgument("Redlock needs a list of masters (3 or 5 is usual)")
         super().__init__(prefix=prefix, clock=clock, token_factory=token_factory)
         self.masters = [
-            Locks(master, prefix=prefix, clock=clock, token_factory=token_factory)
+            Engine(master, prefix=prefix, clock=clock, token_factory=token_factory)
             for master in masters
         ]
         self.quorum = quorum(len(self.masters))
@@ -149,14 +151,14 @@ class Redlock(LocksBase):
         self.close()
 
 
-def _on(master: Locks, flow: Callable[[], Flow]) -> Callable[[], Any]:
+def _on(master: Engine, flow: Callable[[], Flow]) -> Callable[[], Any]:
     def run() -> Any:
         return master.drive(flow())
 
     return run
 
 
-def _renewing(master: Locks, due: list[Lease]) -> Callable[[], Any]:
+def _renewing(master: Engine, due: list[Lease]) -> Callable[[], Any]:
     def run() -> Any:
         return master.renew_batch(due)
 

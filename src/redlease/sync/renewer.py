@@ -4,14 +4,10 @@
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
 
 from redlease.core.lease import Lease
+from redlease.core.renewal import RenewalHost
 from redlease.sync._flavor import Bounded, Wakeup, Worker, fire
-
-if TYPE_CHECKING:
-    from redlease.sync.lock import Locks
-    from redlease.sync.redlock import Redlock
 
 
 class Renewer:
@@ -21,7 +17,7 @@ class Renewer:
     so a lease whose renewal cannot be confirmed is reported lost on time.
     """
 
-    def __init__(self, locks: Locks | Redlock) -> None:
+    def __init__(self, locks: RenewalHost[list[bool | None]]) -> None:
         self._locks = locks
         self._wakeup = Wakeup()
         self._worker: Worker | None = None
