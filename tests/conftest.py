@@ -44,7 +44,7 @@ class SyncLockAdapter:
 
     @property
     def lease(self) -> Lease | None:
-        return self.lock.locks.held(self.name, self.lock._explicit_owner or self._owner.thread)
+        return self.lock._locks._held(self.name, self.lock._explicit_owner or self._owner.thread)
 
     async def acquire(self, *args: Any, **kwargs: Any) -> Lease:
         return await self._owner.run(self.lock.acquire, *args, **kwargs)

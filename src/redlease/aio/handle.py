@@ -41,7 +41,7 @@ class AsyncLeaseHandle(LockBase[LocksT]):
         traceback: TracebackType | None,
     ) -> None:
         owner = self._owner()
-        lease = self.locks.held(self.role, owner)
+        lease = self._locks._held(self._role, owner)
         outcome = await self._release_by(owner)
         self._lost_at_exit(lease, outcome, body_failed=exc_type is not None)
 
@@ -62,7 +62,7 @@ class AsyncLock(AsyncLeaseHandle[AsyncEngine]):
     newcomer may take a lock it finds free (see :class:`AsyncFairLock` for strict order).
     """
 
-    def current_owner_ident(self) -> Owner:
+    def _current_owner(self) -> Owner:
         return current_owner()
 
     async def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> Lease:
@@ -71,14 +71,14 @@ class AsyncLock(AsyncLeaseHandle[AsyncEngine]):
         ``timeout=None`` uses the lock's default, a negative one waits as long as it takes,
         ``0`` (or ``blocking=False``) tries once. Reentering a held lock only counts.
         """
-        publish = self.locks.ready_publish
+        publish = self._locks._ready_publish
         if publish is None:
-            publish = await self.commands()
+            publish = await self._commands()
         owner, held, request = self._plan_acquire(blocking, timeout, publish)
         if held is not None:
             return held
         assert request is not None
-        return self._settle(owner, await self.locks.obtain(self, request), request, self.role)
+        return self._settle(owner, await self._locks._obtain(self, request), request, self._role)
 
     async def release(self) -> ReleaseOutcome:
         """Release (or count down a reentrant hold). Raises :class:`NotOwned` if not held.
@@ -92,13 +92,13 @@ class AsyncLock(AsyncLeaseHandle[AsyncEngine]):
         lease = self._begin_release(owner)
         if lease is None:
             return ReleaseOutcome.STILL_HELD
-        return await self.locks.give_back(self, lease)
+        return await self._locks._give_back(self, lease)
 
     async def extend(self, ttl: float | None = None) -> Lease:
         """Set the held lease's remaining time to ``ttl`` (default: its TTL) from now."""
         lease, ttl_ms = self._begin_extend(ttl)
-        result = await self.locks.drive(extend_flow(lease.claim, ttl_ms, self.locks.clock))
-        callbacks = self._finish_extend(lease, ttl_ms, result, self.role)
+        result = await self._locks._drive(extend_flow(lease._claim, ttl_ms, self._locks._clock))
+        callbacks = self._finish_extend(lease, ttl_ms, result, self._role)
         if callbacks is not None:
             fire(lease, callbacks)
             raise LeaseLost(self.name, lease.lost_reason or "lost")
@@ -106,22 +106,22 @@ class AsyncLock(AsyncLeaseHandle[AsyncEngine]):
 
     async def locked(self) -> bool:
         """Whether anyone holds the lock right now."""
-        await self.locks._on_this_loop()
+        await self._locks._on_this_loop()
         try:
-            return bool(await self.locks.client.exists(self.keys.lease))
+            return bool(await self._locks.client.exists(self.keys.lease))
         except NETWORK_ERRORS as exc:
             raise unavailable(self.keys, "inspect", exc) from exc
 
     async def owned(self) -> bool:
         """Whether the current owner holds the lock, as the server sees it."""
-        await self.locks._on_this_loop()
+        await self._locks._on_this_loop()
         try:
-            return self._is_ours(await self.locks.client.get(self.keys.lease))
+            return self._is_ours(await self._locks.client.get(self.keys.lease))
         except NETWORK_ERRORS as exc:
             raise unavailable(self.keys, "inspect", exc) from exc
 
-    async def commands(self) -> str:
-        return await self.locks.publish_for(self)
+    async def _commands(self) -> str:
+        return await self._locks._publish_for(self)
 
 
 class AsyncFairLock(AsyncLock):
@@ -131,5 +131,5 @@ class AsyncFairLock(AsyncLock):
     connection left: it is skipped (and its entry removed) the moment the lock would reach it.
     """
 
-    fair = True
-    kind = "fair"
+    _fair = True
+    _kind = "fair"

@@ -32,7 +32,7 @@ DEFAULT_TTL_MS = ttl_to_ms(DEFAULT_TTL)
 class LeasedBase(Generic[LocksT]):
     """Options and rules every leased primitive shares: TTL, renewal, timeout, owner."""
 
-    kind = "lock"
+    _kind = "lock"
     """What hooks and ``redlease ls`` call this primitive."""
 
     def __init__(
@@ -47,47 +47,47 @@ class LeasedBase(Generic[LocksT]):
         owner: Hashable | None = None,
         replicas: int | None = None,
     ) -> None:
-        self.locks = locks
-        self.keys = locks.keys(name)
+        self._locks = locks
+        self.keys = locks._keys_for(name)
         self.name = self.keys.name
-        self.ttl_ms = DEFAULT_TTL_MS if ttl is None else ttl_to_ms(ttl)
-        self.renew = ttl is None if renew is None else bool(renew)
-        self.timeout = WAIT_FOREVER if timeout is None else check_timeout(timeout)
-        self.blocking = bool(blocking)
+        self._ttl_ms = DEFAULT_TTL_MS if ttl is None else ttl_to_ms(ttl)
+        self._renew = ttl is None if renew is None else bool(renew)
+        self._timeout = WAIT_FOREVER if timeout is None else check_timeout(timeout)
+        self._blocking = bool(blocking)
         self._explicit_owner = None if owner is None else Owner("owner", owner)
-        self.acks = locks.acks if replicas is None else locks.replica_acks(replicas)
+        self._acks = locks._acks if replicas is None else locks._replica_acks(replicas)
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.name!r} ttl={self.ttl_ms / 1000:g}s>"
+        return f"<{type(self).__name__} {self.name!r} ttl={self._ttl_ms / 1000:g}s>"
 
-    def current_owner_ident(self) -> Owner:
+    def _current_owner(self) -> Owner:
         """The implicit owner: the calling thread or task (overridden per flavour)."""
         raise NotImplementedError
 
     def _owner(self) -> Owner:
-        return self._explicit_owner or self.current_owner_ident()
+        return self._explicit_owner or self._current_owner()
 
     def _request(
         self, claim: Claim, blocking: bool | None, timeout: float | None
     ) -> AcquireRequest:
-        blocking = self.blocking if blocking is None else bool(blocking)
-        resolved = self.timeout if timeout is None else check_timeout(timeout)
-        locks = self.locks
-        hooks = locks.hooks
+        blocking = self._blocking if blocking is None else bool(blocking)
+        resolved = self._timeout if timeout is None else check_timeout(timeout)
+        locks = self._locks
+        hooks = locks._hooks
         return AcquireRequest(
             claim=claim,
             blocking=blocking and resolved != 0,
             timeout=None if resolved < 0 else resolved,
-            contended=locks.contended(claim.keys.lease),
-            started_at=locks.clock(),
-            observation=None if is_silent(hooks) else hooks.acquire_started(self.name, self.kind),
+            contended=locks._contended(claim.keys.lease),
+            started_at=locks._clock(),
+            observation=None if is_silent(hooks) else hooks.acquire_started(self.name, self._kind),
         )
 
     def _report_failure(self, error: BaseException) -> None:
         """An acquisition that failed before it could begin (the server was unreachable)."""
-        context = self.locks.hooks.acquire_started(self.name, self.kind)
-        event = AcquireEvent(self.name, self.kind, ERROR, 0.0, None, error)
-        self.locks.hooks.acquire_finished(context, event)
+        context = self._locks._hooks.acquire_started(self.name, self._kind)
+        event = AcquireEvent(self.name, self._kind, ERROR, 0.0, None, error)
+        self._locks._hooks.acquire_finished(context, event)
 
     def _observe(
         self,
@@ -96,11 +96,11 @@ class LeasedBase(Generic[LocksT]):
         lease: Lease | None = None,
         error: BaseException | None = None,
     ) -> None:
-        hooks = self.locks.hooks
+        hooks = self._locks._hooks
         if is_silent(hooks):
             return
-        wait = self.locks.clock() - request.started_at
-        event = AcquireEvent(self.name, self.kind, outcome, wait, lease, error)
+        wait = self._locks._clock() - request.started_at
+        event = AcquireEvent(self.name, self._kind, outcome, wait, lease, error)
         hooks.acquire_finished(request.observation, event)
 
     def _lease(self, owner: Owner, grant: Grant) -> Lease:
@@ -108,13 +108,13 @@ class LeasedBase(Generic[LocksT]):
             name=self.name,
             token=grant.claim.token,
             fence=grant.fence,
-            ttl_ms=self.ttl_ms,
+            ttl_ms=self._ttl_ms,
             owner=owner,
-            claim=grant.claim,
+            _claim=grant.claim,
             acquired_at=grant.sent_at,
-            expires_at=local_deadline(grant.sent_at, self.ttl_ms),
-            renewing=self.renew,
-            clock=self.locks.clock,
+            expires_at=local_deadline(grant.sent_at, self._ttl_ms),
+            _renewing=self._renew,
+            _clock=self._locks._clock,
         )
 
     def _settle(
@@ -125,20 +125,20 @@ class LeasedBase(Generic[LocksT]):
             self._observe(request, TIMEOUT)
             raise LockTimeout(self.name, request.timeout if request.blocking else 0)
         lease = self._lease(owner, grant)
-        self.locks.adopt(lease, role)
+        self._locks._adopt(lease, role)
         if grant.contended:
-            self.locks.note_contention(grant.claim.keys.lease)
+            self._locks._note_contention(grant.claim.keys.lease)
         self._observe(request, ACQUIRED, lease)
         return lease
 
     def _finish_release(self, lease: Lease, code: int) -> tuple[ReleaseOutcome, list[LostCallback]]:
-        self.locks.note_release(lease.claim.keys.lease, code)
+        self._locks._note_release(lease._claim.keys.lease, code)
         reason = release_reason(code)
         outcome = ReleaseOutcome.RELEASED if reason is None else ReleaseOutcome.EXPIRED
-        hooks = self.locks.hooks
+        hooks = self._locks._hooks
         if not is_silent(hooks):
-            hooks.released(lease, self.kind, outcome, self.locks.clock() - lease.acquired_at)
-        return outcome, [] if reason is None else lease.mark_lost(reason)
+            hooks.released(lease, self._kind, outcome, self._locks._clock() - lease.acquired_at)
+        return outcome, [] if reason is None else lease._mark_lost(reason)
 
     def _finish_extend(
         self, lease: Lease, ttl_ms: int, result: tuple[bool, float], role: str | None
@@ -149,13 +149,13 @@ class LeasedBase(Generic[LocksT]):
         the owner's ``release`` and block exit report it as ``EXPIRED`` / ``LeaseLost``.
         """
         extended, sent_at = result
-        if extended and self.locks.clock() < local_deadline(sent_at, ttl_ms):
+        if extended and self._locks._clock() < local_deadline(sent_at, ttl_ms):
             lease.ttl_ms = ttl_ms
             lease.expires_at = local_deadline(sent_at, ttl_ms)
-            self.locks.reschedule(lease, sent_at)
+            self._locks._reschedule(lease, sent_at)
             return None
-        self.locks.renewals.unregister(lease)
-        return lease.mark_lost("extend found the lease gone or owned by another")
+        self._locks._renewals.unregister(lease)
+        return lease._mark_lost("extend found the lease gone or owned by another")
 
     @staticmethod
     def _lost_at_exit(lease: Lease | None, outcome: ReleaseOutcome, body_failed: bool) -> None:
@@ -169,52 +169,52 @@ class LeasedBase(Generic[LocksT]):
 class LockBase(LeasedBase[LocksT]):
     """A reentrant lease on one name (exclusive, or one side of a read-write lock)."""
 
-    role_suffix = ""
-    fair = False
+    _role_suffix = ""
+    _fair = False
 
     @property
-    def role(self) -> str:
+    def _role(self) -> str:
         """What reentrancy is counted on: the lease key, plus the side of a read-write lock."""
-        return self.keys.lease + self.role_suffix
+        return self.keys.lease + self._role_suffix
 
     def _claim(self, token: str, publish: str) -> Claim:
         return ExclusiveClaim(
-            self.keys, token, self.ttl_ms, publish, self.fair, self.acks, self.locks.listener
+            self.keys, token, self._ttl_ms, publish, self._fair, self._acks, self._locks._listener
         )
 
     @property
     def lease(self) -> Lease | None:
         """The current owner's lease on this lock, if it holds one."""
-        return self.locks.held(self.role, self._owner())
+        return self._locks._held(self._role, self._owner())
 
     def _plan_acquire(
         self, blocking: bool | None, timeout: float | None, publish: str
     ) -> tuple[Owner, Lease | None, AcquireRequest | None]:
         """Reenter a held lease locally, or say what to ask the server for."""
         owner = self._owner()
-        held = self.locks.held(self.role, owner)
+        held = self._locks._held(self._role, owner)
         if held is not None:
             if held.lost:
                 raise LeaseLost(self.name, f"cannot reenter: {held.lost_reason}")
-            held.count += 1
+            held._count += 1
             return owner, held, None
-        claim = self._claim(self.locks.new_token(owner), publish)
+        claim = self._claim(self._locks._new_token(owner), publish)
         return owner, None, self._request(claim, blocking, timeout)
 
     def _begin_release(self, owner: Owner | None = None) -> Lease | None:
         """The lease to release on the server, or ``None`` when an outer hold remains."""
         if owner is None:
             owner = self._owner()
-        role = self.role
-        lease = self.locks.held(role, owner)
+        role = self._role
+        lease = self._locks._held(role, owner)
         if lease is None:
             raise NotOwned(
                 f"lock {self.name!r} is not held by {owner.describe()}; nothing was released"
             )
-        if lease.count > 1:
-            lease.count -= 1
+        if lease._count > 1:
+            lease._count -= 1
             return None
-        self.locks.forget(lease, role)
+        self._locks._forget(lease, role)
         return lease
 
     def _begin_extend(self, ttl: float | None) -> tuple[Lease, int]:

@@ -44,56 +44,56 @@ class LocksBase:
         token_factory: TokenFactory = random_token,
     ) -> None:
         self.prefix = validate_prefix(prefix)
-        self.clock = clock
-        self.token_factory = token_factory
-        self.renewals = RenewalSchedule()
-        self.pubsub_commands: PubSubCommands | None = None
-        self.hooks: Hooks = Hooks()
+        self._clock = clock
+        self._token_factory = token_factory
+        self._renewals = RenewalSchedule()
+        self._pubsub_commands: PubSubCommands | None = None
+        self._hooks: Hooks = Hooks()
         """Where acquisitions, releases, renewals and losses are reported (see ``hooks=``)."""
-        self.acks: ReplicaAcks | None = None
-        self.replica_template = ReplicaAcks(1, DEFAULT_REPLICA_TIMEOUT_MS)
+        self._acks: ReplicaAcks | None = None
+        self._replica_template = ReplicaAcks(1, DEFAULT_REPLICA_TIMEOUT_MS)
         """Replica acknowledgement every lock write of this client waits for (none by default)."""
-        self._held: dict[tuple[str, Hashable], Lease] = {}
+        self._held_by: dict[tuple[str, Hashable], Lease] = {}
         self._contended_until: dict[str, float] = {}
         self._guard = threading.Lock()
         self._host = socket.gethostname()
         self._token_tail = self._holder_tail()
         self._keys: dict[str, LockKeys] = {}
-        self.closed = False
+        self._closed = False
         """Set by ``close()``: no new lease is granted from then on."""
-        self.listener = secrets.token_hex(4)
+        self._listener = secrets.token_hex(4)
         """This client's id: hand-offs to its waiters arrive on its channel per slot."""
         _clients.add(self)
 
-    def refuse_if_closed(self) -> None:
+    def _refuse_if_closed(self) -> None:
         """A closed client must not hand out leases nobody would renew."""
-        if self.closed:
+        if self._closed:
             raise InvalidArgument(
                 f"this {type(self).__name__} was closed: it takes no new lease (its workers "
                 "are stopped); make a new client"
             )
 
-    def after_fork(self) -> None:
+    def _after_fork(self) -> None:
         """In a forked child: forget the parent's leases; its workers start afresh if needed.
 
         The child shares nothing it could harm the parent with: it neither renews nor
         releases a lease the parent holds (``release`` there raises ``NotOwned``).
         """
-        self._held = {}
+        self._held_by = {}
         self._contended_until = {}
         self._guard = threading.Lock()
         self._token_tail = self._holder_tail()
-        self.renewals = RenewalSchedule()
-        self.listener = secrets.token_hex(4)
+        self._renewals = RenewalSchedule()
+        self._listener = secrets.token_hex(4)
 
-    def replica_acks(self, replicas: int) -> ReplicaAcks | None:
+    def _replica_acks(self, replicas: int) -> ReplicaAcks | None:
         """What waiting for ``replicas`` confirmations means with this client's settings."""
         if replicas == 0:
             return None
-        template = self.replica_template
+        template = self._replica_template
         return ReplicaAcks(replicas, template.timeout_ms, template.aof)
 
-    def keys(self, name: str) -> LockKeys:
+    def _keys_for(self, name: str) -> LockKeys:
         """The validated keys of ``name``; remembered, since most code locks a few names often."""
         keys = self._keys.get(name) if type(name) is str else None
         if keys is None or keys.prefix is not self.prefix:
@@ -108,19 +108,19 @@ class LocksBase:
         """The host and pid part of every token, made once (again in a forked child)."""
         return f"|{self._host}|{os.getpid()}|"
 
-    def new_token(self, owner: Owner) -> str:
+    def _new_token(self, owner: Owner) -> str:
         """A fresh random token; host, pid and owner ride along so operators can see the holder."""
-        return f"{self.token_factory()}{self._token_tail}{owner.describe()}"
+        return f"{self._token_factory()}{self._token_tail}{owner.describe()}"
 
-    def held(self, role: str, owner: Hashable) -> Lease | None:
+    def _held(self, role: str, owner: Hashable) -> Lease | None:
         # one dict read is atomic: no guard needed (writers still take it)
-        return self._held.get((role, owner))
+        return self._held_by.get((role, owner))
 
-    def held_leases(self) -> list[Lease]:
+    def _held_leases(self) -> list[Lease]:
         with self._guard:
-            return list(self._held.values())
+            return list(self._held_by.values())
 
-    def note_release(self, name: str, code: int) -> None:
+    def _note_release(self, name: str, code: int) -> None:
         """A release that handed the lock to a waiter marks the name contended for a moment.
 
         The next acquire from this client then queues behind the waiters instead of racing
@@ -131,27 +131,27 @@ class LocksBase:
             return  # the common case: nothing to forget
         with self._guard:
             if code == HANDED_OVER:
-                self._contended_until[name] = self.clock() + CONTENDED_HINT_S
+                self._contended_until[name] = self._clock() + CONTENDED_HINT_S
             else:
                 self._contended_until.pop(name, None)
 
-    def note_contention(self, name: str) -> None:
+    def _note_contention(self, name: str) -> None:
         """An acquisition of ``name`` found it held: the next one of this client joins the
         queue with its first try (one script, on the client's channel, already listening)."""
         with self._guard:
-            self._contended_until[name] = self.clock() + CONTENDED_HINT_S
+            self._contended_until[name] = self._clock() + CONTENDED_HINT_S
 
-    def contended(self, name: str) -> bool:
+    def _contended(self, name: str) -> bool:
         if not self._contended_until:
             return False
         with self._guard:
             until = self._contended_until.get(name)
-            if until is not None and until < self.clock():
+            if until is not None and until < self._clock():
                 del self._contended_until[name]
                 return False
             return until is not None
 
-    def adopt(self, lease: Lease, role: str | None) -> bool:
+    def _adopt(self, lease: Lease, role: str | None) -> bool:
         """Record a fresh grant and schedule its renewal before anyone can release it.
 
         ``role`` names the lease for reentrancy (``None``: not reentrant, e.g. a permit).
@@ -160,26 +160,26 @@ class LocksBase:
         """
         if role is not None:
             with self._guard:
-                self._held[(role, lease.owner)] = lease
-        if not is_silent(self.hooks):
-            lease.on_lost(self.hooks.lost)
-        return self.renewals.register(lease)
+                self._held_by[(role, lease.owner)] = lease
+        if not is_silent(self._hooks):
+            lease.on_lost(self._hooks.lost)
+        return self._renewals.register(lease)
 
-    def reschedule(self, lease: Lease, sent_at: float) -> bool:
+    def _reschedule(self, lease: Lease, sent_at: float) -> bool:
         """An ``extend`` sent at ``sent_at`` succeeded: renew and watch by the new TTL.
 
         True when the renewal worker must be woken to keep the new times.
         """
-        return self.renewals.reschedule(lease, sent_at)
+        return self._renewals.reschedule(lease, sent_at)
 
-    def forget(self, lease: Lease, role: str | None) -> None:
+    def _forget(self, lease: Lease, role: str | None) -> None:
         """Stop renewing and drop the lease, synchronously, before the release is sent."""
-        self.renewals.unregister(lease)
+        self._renewals.unregister(lease)
         if role is None:
             return
         with self._guard:
-            if self._held.get((role, lease.owner)) is lease:
-                del self._held[(role, lease.owner)]
+            if self._held_by.get((role, lease.owner)) is lease:
+                del self._held_by[(role, lease.owner)]
 
 
 LocksT = TypeVar("LocksT", bound=LocksBase)
@@ -189,7 +189,7 @@ _clients: weakref.WeakSet[LocksBase] = weakref.WeakSet()
 
 def _after_fork_in_child() -> None:
     for client in list(_clients):
-        client.after_fork()
+        client._after_fork()
 
 
 if hasattr(os, "register_at_fork"):

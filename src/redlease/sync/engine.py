@@ -86,32 +86,32 @@ class Engine(LocksBase):
         self._owns_client = isinstance(client, str)
         self._url = client if isinstance(client, str) else None
         self.client: Any = _client(client, cluster)
-        self.scripts = Scripts(self.client)
-        self.notifier = Notifier(self.client, self.commands, clock, self._give_back_stray)
-        self.renewer = Renewer(self)
-        self.hooks = combine(hooks)
+        self._scripts = Scripts(self.client)
+        self._notifier = Notifier(self.client, self._commands, clock, self._give_back_stray)
+        self._renewer = Renewer(self)
+        self._hooks = combine(hooks)
         self._watching = False
-        self.ready_publish: str | None = None
-        """The publish command once :meth:`commands` has run: later acquires skip the call."""
+        self._ready_publish: str | None = None
+        """The publish command once :meth:`_commands` has run: later acquires skip the call."""
         self._finishing: set[Worker] = set()
         """Interrupted releases being sent again (kept here so that they run to the end)."""
         self._loop: Any = None
         """The event loop this client works on (moved when that loop is over)."""
         if sharded_pubsub is not None:
-            self.pubsub_commands = PubSubCommands(sharded_pubsub)
-        self.replica_template = ReplicaAcks(
+            self._pubsub_commands = PubSubCommands(sharded_pubsub)
+        self._replica_template = ReplicaAcks(
             1, ttl_to_ms(replica_timeout, "replica_timeout"), replica_aof
         )
         if replicas:
-            self.acks = self.replica_acks(replicas)
+            self._acks = self._replica_acks(replicas)
 
-    def after_fork(self) -> None:
-        super().after_fork()
-        self.scripts = Scripts(self.client)
-        self.notifier = Notifier(self.client, self.commands, self.clock, self._give_back_stray)
-        self.renewer = Renewer(self)
+    def _after_fork(self) -> None:
+        super()._after_fork()
+        self._scripts = Scripts(self.client)
+        self._notifier = Notifier(self.client, self._commands, self._clock, self._give_back_stray)
+        self._renewer = Renewer(self)
         self._watching = False
-        self.ready_publish = None
+        self._ready_publish = None
         self._finishing = set()
 
     def _on_this_loop(self) -> None:
@@ -134,27 +134,27 @@ class Engine(LocksBase):
                 "this Locks works on another event loop that is still running; "
                 "make one Locks and share it between threads (or use the sync Locks from threads)"
             )
-        orphans = self.renewals.leases()
+        orphans = self._renewals.leases()
         forget_connections(self.client)
-        self.after_fork()
+        self._after_fork()
         for lease in orphans:
             with suppress(LockError, *NETWORK_ERRORS, ReplicaShortfall):
-                self.drive(give_back(lease.claim))
-            fire(lease, lease.mark_lost("the event loop that held it is gone"))
+                self._drive(give_back(lease._claim))
+            fire(lease, lease._mark_lost("the event loop that held it is gone"))
 
-    def adopt(self, lease: Lease, role: str | None) -> bool:
-        if super().adopt(lease, role) or not self.renewer.running():
-            self.renewer.wake()
+    def _adopt(self, lease: Lease, role: str | None) -> bool:
+        if super()._adopt(lease, role) or not self._renewer.running():
+            self._renewer.wake()
             return True
         return False
 
-    def reschedule(self, lease: Lease, sent_at: float) -> bool:
-        if super().reschedule(lease, sent_at):
-            self.renewer.wake()
+    def _reschedule(self, lease: Lease, sent_at: float) -> bool:
+        if super()._reschedule(lease, sent_at):
+            self._renewer.wake()
             return True
         return False
 
-    def renew_batch(self, due: list[Lease]) -> list[bool | None]:
+    def _renew_batch(self, due: list[Lease]) -> list[bool | None]:
         """Renew due leases in one pipelined round trip; one answer per lease.
 
         With a Sentinel-managed client the sentinels are asked first whether the master
@@ -162,40 +162,40 @@ class Engine(LocksBase):
         """
         try:
             if master_moved(self.client):
-                self.notifier.reset()
+                self._notifier.reset()
         except NETWORK_ERRORS:
             logger.debug("could not ask the sentinels where the master is")
-        batches = renewal_calls(due, per_slot=self.scripts.cluster)
+        batches = renewal_calls(due, per_slot=self._scripts.cluster)
         try:
-            replies = self.scripts.run_many([call for _, call in batches])
+            replies = self._scripts.run_many([call for _, call in batches])
         except NETWORK_ERRORS as exc:
             replies = [exc] * len(batches)
         return renewal_answers(due, batches, replies)
 
-    def commands(self) -> PubSubCommands:
+    def _commands(self) -> PubSubCommands:
         """Which pub/sub commands this server has; asked once per client."""
-        self.refuse_if_closed()
+        self._refuse_if_closed()
         self._on_this_loop()
         if not self._watching:
             self._follow_a_cluster()
-            self.notifier.watch_master()
+            self._notifier.watch_master()
             self._warn_if_evicting()
             self._watching = True
-        if self.pubsub_commands is None:
+        if self._pubsub_commands is None:
             try:
                 self.client.spublish(f"{self.prefix}:{{probe}}:wake", "")
             except ResponseErrors as exc:
                 sharded = is_denied(exc) and self._server_has_sharded_pubsub()
-                self.pubsub_commands = PubSubCommands(sharded=sharded)
+                self._pubsub_commands = PubSubCommands(sharded=sharded)
             else:
-                self.pubsub_commands = PubSubCommands(sharded=True)
-        self.ready_publish = self.pubsub_commands.publish
-        return self.pubsub_commands
+                self._pubsub_commands = PubSubCommands(sharded=True)
+        self._ready_publish = self._pubsub_commands.publish
+        return self._pubsub_commands
 
     def _follow_a_cluster(self) -> None:
         """A plain client on a Redis Cluster node would meet MOVED on most names: from a
         URL, switch to a cluster client; given a plain client, say what to pass instead."""
-        if self.scripts.cluster:
+        if self._scripts.cluster:
             return
         try:
             info = self.client.info("cluster")
@@ -210,8 +210,8 @@ class Engine(LocksBase):
             )
         self.client.close()
         self.client = _client(self._url, cluster=True)
-        self.scripts = Scripts(self.client)
-        self.notifier = Notifier(self.client, self.commands, self.clock, self._give_back_stray)
+        self._scripts = Scripts(self.client)
+        self._notifier = Notifier(self.client, self._commands, self._clock, self._give_back_stray)
 
     def _server_has_sharded_pubsub(self) -> bool:
         """The probe was denied (an ACL), which says nothing about the server: ask its
@@ -237,37 +237,37 @@ class Engine(LocksBase):
                 policy,
             )
 
-    def publish_for(self, primitive: LeasedBase[Any]) -> str:
-        """:meth:`commands_for` a primitive about to acquire: a failure is reported to the
+    def _publish_for(self, primitive: LeasedBase[Any]) -> str:
+        """:meth:`_commands_for` a primitive about to acquire: a failure is reported to the
         hooks as that acquisition's error (it happened before the acquisition began)."""
         try:
-            return self.commands_for(primitive.keys)
+            return self._commands_for(primitive.keys)
         except LockError as exc:
             primitive._report_failure(exc)
             raise
 
-    def commands_for(self, keys: LockKeys) -> str:
+    def _commands_for(self, keys: LockKeys) -> str:
         """The publish command, or :class:`ServerUnavailable` naming the lock."""
         try:
-            return (self.commands()).publish
+            return (self._commands()).publish
         except NETWORK_ERRORS as exc:
             raise unavailable(keys, "use", exc) from exc
 
-    def atomic_for(self, keys: Sequence[LockKeys]) -> bool:
+    def _atomic_for(self, keys: Sequence[LockKeys]) -> bool:
         """Whether one script may take these locks at once: one server, or one cluster slot."""
-        return not self.scripts.cluster or one_slot(keys)
+        return not self._scripts.cluster or one_slot(keys)
 
-    def obtain(self, owner: LeasedBase[Any], request: AcquireRequest) -> Grant | None:
+    def _obtain(self, owner: LeasedBase[Any], request: AcquireRequest) -> Grant | None:
         """Run an acquisition; an interrupted one gives back whatever it may have got."""
         try:
-            return self._obtain(request)
+            return self._obtain_grant(request)
         except BaseException as exc:
             owner._observe(request, ERROR, error=exc)
             raise
 
-    def _obtain(self, request: AcquireRequest) -> Grant | None:
+    def _obtain_grant(self, request: AcquireRequest) -> Grant | None:
         try:
-            grant: Grant | None = self.drive(acquire_flow(request, self.clock))
+            grant: Grant | None = self._drive(acquire_flow(request, self._clock))
         except (*INTERRUPTIONS, ServerUnavailable):
             self._abandon(request.claim)
             raise
@@ -279,7 +279,7 @@ class Engine(LocksBase):
             ) from None
         return grant
 
-    def give_back(self, owner: LeasedBase[Any], lease: Lease) -> ReleaseOutcome:
+    def _give_back(self, owner: LeasedBase[Any], lease: Lease) -> ReleaseOutcome:
         """Release a lease already taken off the books, and report how it ended.
 
         The release runs inline (an asyncio shield would cost a task and two more loop turns
@@ -288,11 +288,11 @@ class Engine(LocksBase):
         release latch gives the retry the same answer if the first attempt landed.
         """
         if lease.lost:  # past its deadline: tell the holder now, not when the reply comes
-            fire(lease, lease.mark_lost(PAST_DEADLINE))
+            fire(lease, lease._mark_lost(PAST_DEADLINE))
         try:
-            code = self.drive(release_flow(lease.claim))
+            code = self._drive(release_flow(lease._claim))
         except INTERRUPTIONS:
-            self._finish_in_background(lease.claim)
+            self._finish_in_background(lease._claim)
             raise
         except ReplicaShortfall as short:
             logger.warning("release of %r: %s", lease.name, short)
@@ -313,7 +313,7 @@ class Engine(LocksBase):
         try:
             if withdraw:
                 sleep(LATE_COMMAND_S)
-            self.drive(release_flow(claim, withdraw=withdraw))
+            self._drive(release_flow(claim, withdraw=withdraw))
         except (Exception, ReplicaShortfall):
             logger.debug("could not finish an interrupted release of %r", claim.keys.name)
 
@@ -326,10 +326,10 @@ class Engine(LocksBase):
         """After a moment (a waiter that took the lease by its own retry is on the books by
         then), give back the stray hand-off, unless that lease is held after all."""
         sleep(LATE_COMMAND_S)
-        if any(lease.token == claim.token for lease in self.renewals.leases()):
+        if any(lease.token == claim.token for lease in self._renewals.leases()):
             return
         try:
-            self.drive(give_back(claim))
+            self._drive(give_back(claim))
         except (Exception, ReplicaShortfall):
             logger.debug("could not give back a stray hand-off of %r", claim.keys.name)
 
@@ -342,14 +342,14 @@ class Engine(LocksBase):
         self._finish_in_background(claim.without_acks(), withdraw=True)
         try:
             flow = release_flow(claim.without_acks(), withdraw=True, attempts=1)
-            shielded(self.drive(flow))
+            shielded(self._drive(flow))
         except (Exception, ReplicaShortfall):
             logger.debug("could not give back an interrupted grant of %r", claim.keys.name)
 
-    def drive(self, flow: Flow) -> Any:
+    def _drive(self, flow: Flow) -> Any:
         """Carry out a flow on this client's connections, on the running event loop."""
         self._on_this_loop()
-        return run_flow(flow, self.scripts, self.notifier)
+        return run_flow(flow, self._scripts, self._notifier)
 
     def close(self) -> None:
         """Stop the workers (held leases are no longer renewed) and close an owned client.
@@ -358,10 +358,10 @@ class Engine(LocksBase):
         be released.
         """
         self._on_this_loop()
-        self.closed = True
-        self.ready_publish = None
-        self.renewer.stop()
-        self.notifier.close()
+        self._closed = True
+        self._ready_publish = None
+        self._renewer.stop()
+        self._notifier.close()
         if self._owns_client:
             self.client.close()
 

@@ -42,7 +42,7 @@ class LeaseHandle(LockBase[LocksT]):
         traceback: TracebackType | None,
     ) -> None:
         owner = self._owner()
-        lease = self.locks.held(self.role, owner)
+        lease = self._locks._held(self._role, owner)
         outcome = self._release_by(owner)
         self._lost_at_exit(lease, outcome, body_failed=exc_type is not None)
 
@@ -63,7 +63,7 @@ class Lock(LeaseHandle[Engine]):
     newcomer may take a lock it finds free (see :class:`FairLock` for strict order).
     """
 
-    def current_owner_ident(self) -> Owner:
+    def _current_owner(self) -> Owner:
         return current_owner()
 
     def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> Lease:
@@ -72,14 +72,14 @@ class Lock(LeaseHandle[Engine]):
         ``timeout=None`` uses the lock's default, a negative one waits as long as it takes,
         ``0`` (or ``blocking=False``) tries once. Reentering a held lock only counts.
         """
-        publish = self.locks.ready_publish
+        publish = self._locks._ready_publish
         if publish is None:
-            publish = self.commands()
+            publish = self._commands()
         owner, held, request = self._plan_acquire(blocking, timeout, publish)
         if held is not None:
             return held
         assert request is not None
-        return self._settle(owner, self.locks.obtain(self, request), request, self.role)
+        return self._settle(owner, self._locks._obtain(self, request), request, self._role)
 
     def release(self) -> ReleaseOutcome:
         """Release (or count down a reentrant hold). Raises :class:`NotOwned` if not held.
@@ -93,13 +93,13 @@ class Lock(LeaseHandle[Engine]):
         lease = self._begin_release(owner)
         if lease is None:
             return ReleaseOutcome.STILL_HELD
-        return self.locks.give_back(self, lease)
+        return self._locks._give_back(self, lease)
 
     def extend(self, ttl: float | None = None) -> Lease:
         """Set the held lease's remaining time to ``ttl`` (default: its TTL) from now."""
         lease, ttl_ms = self._begin_extend(ttl)
-        result = self.locks.drive(extend_flow(lease.claim, ttl_ms, self.locks.clock))
-        callbacks = self._finish_extend(lease, ttl_ms, result, self.role)
+        result = self._locks._drive(extend_flow(lease._claim, ttl_ms, self._locks._clock))
+        callbacks = self._finish_extend(lease, ttl_ms, result, self._role)
         if callbacks is not None:
             fire(lease, callbacks)
             raise LeaseLost(self.name, lease.lost_reason or "lost")
@@ -107,22 +107,22 @@ class Lock(LeaseHandle[Engine]):
 
     def locked(self) -> bool:
         """Whether anyone holds the lock right now."""
-        self.locks._on_this_loop()
+        self._locks._on_this_loop()
         try:
-            return bool(self.locks.client.exists(self.keys.lease))
+            return bool(self._locks.client.exists(self.keys.lease))
         except NETWORK_ERRORS as exc:
             raise unavailable(self.keys, "inspect", exc) from exc
 
     def owned(self) -> bool:
         """Whether the current owner holds the lock, as the server sees it."""
-        self.locks._on_this_loop()
+        self._locks._on_this_loop()
         try:
-            return self._is_ours(self.locks.client.get(self.keys.lease))
+            return self._is_ours(self._locks.client.get(self.keys.lease))
         except NETWORK_ERRORS as exc:
             raise unavailable(self.keys, "inspect", exc) from exc
 
-    def commands(self) -> str:
-        return self.locks.publish_for(self)
+    def _commands(self) -> str:
+        return self._locks._publish_for(self)
 
 
 class FairLock(Lock):
@@ -132,5 +132,5 @@ class FairLock(Lock):
     connection left: it is skipped (and its entry removed) the moment the lock would reach it.
     """
 
-    fair = True
-    kind = "fair"
+    _fair = True
+    _kind = "fair"

@@ -45,7 +45,7 @@ class Renewer:
         self._stopping = False
 
     def _run(self) -> None:
-        schedule, clock = self._locks.renewals, self._locks.clock
+        schedule, clock = self._locks._renewals, self._locks._clock
         while not self._stopping:
             for lease, callbacks in schedule.expire(clock()):
                 fire(lease, callbacks)
@@ -62,11 +62,11 @@ class Renewer:
             lost = schedule.settle(due, answers, sent_at, clock())
             for lease, callbacks in lost:
                 fire(lease, callbacks)
-            self._locks.hooks.renewed(sum(1 for answer in answers if answer), len(lost))
+            self._locks._hooks.renewed(sum(1 for answer in answers if answer), len(lost))
 
     def _renew(self, due: list[Lease], timeout: float) -> list[bool | None]:
         """One round's answers; no answer at all when it could not end within ``timeout``."""
         try:
-            return self._rounds.run(lambda: self._locks.renew_batch(due), timeout)
+            return self._rounds.run(lambda: self._locks._renew_batch(due), timeout)
         except TimeoutError:
             return [None] * len(due)
