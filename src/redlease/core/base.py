@@ -109,7 +109,7 @@ class LeasedBase(Generic[LocksT]):
             token=grant.claim.token,
             fence=grant.fence,
             ttl_ms=self._ttl_ms,
-            owner=owner,
+            _owner=owner,
             _claim=grant.claim,
             acquired_at=grant.sent_at,
             expires_at=local_deadline(grant.sent_at, self._ttl_ms),

@@ -160,7 +160,7 @@ class LocksBase:
         """
         if role is not None:
             with self._guard:
-                self._held_by[(role, lease.owner)] = lease
+                self._held_by[(role, lease._owner)] = lease
         if not is_silent(self._hooks):
             lease.on_lost(self._hooks.lost)
         return self._renewals.register(lease)
@@ -178,8 +178,8 @@ class LocksBase:
         if role is None:
             return
         with self._guard:
-            if self._held_by.get((role, lease.owner)) is lease:
-                del self._held_by[(role, lease.owner)]
+            if self._held_by.get((role, lease._owner)) is lease:
+                del self._held_by[(role, lease._owner)]
 
 
 LocksT = TypeVar("LocksT", bound=LocksBase)

@@ -66,7 +66,7 @@ class Lease:
     token: str
     fence: int
     ttl_ms: int
-    owner: Hashable
+    _owner: Hashable
     _claim: Claim = field(repr=False)
     acquired_at: float
     expires_at: float
