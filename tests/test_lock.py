@@ -285,6 +285,26 @@ async def test_bad_ttls_are_refused(make_locks, ttl):
         locks.lock("x", ttl=ttl)
 
 
+@pytest.mark.parametrize("ttl", [0.001, 0.002, 0.009])
+async def test_a_ttl_too_short_to_outlive_its_own_round_trip_is_refused(make_locks, ttl):
+    locks = await make_locks()
+    with pytest.raises(redlease.InvalidArgument, match="at least 10 ms"):
+        locks.lock("x", ttl=ttl)
+    lock = locks.lock("x", ttl=1)
+    async with lock:
+        with pytest.raises(redlease.InvalidArgument, match="at least 10 ms"):
+            await lock.extend(ttl)
+    with pytest.raises(redlease.InvalidArgument, match="at least 10 ms"):
+        locks.semaphore("x", 2, ttl=ttl)
+
+
+async def test_the_shortest_ttl_gives_a_lease(make_locks):
+    locks = await make_locks()
+    lock = locks.lock("x", ttl=0.01)
+    assert await lock.acquire(timeout=1)
+    await lock.release()
+
+
 async def test_a_bad_timeout_is_refused(make_locks):
     locks = await make_locks()
     with pytest.raises(redlease.InvalidArgument, match="timeout"):

@@ -175,6 +175,35 @@ async def test_the_fair_path_of_acquire_keeps_the_queue_when_no_fence_can_be_dra
         await pending
 
 
+@pytest.mark.parametrize(
+    ("stored", "found"),
+    [
+        ("-5", "negative or zero fence counter (-5)"),
+        ("-1", "negative or zero fence counter (-1)"),
+        ("not a number", "string that is not an integer"),
+    ],
+)
+async def test_a_fence_counter_that_cannot_give_a_positive_token_is_named_and_left_as_found(
+    make_locks, server, prefix, stored, found
+):
+    server.set(fence_key(prefix, "odd"), stored)
+    locks = await make_locks()
+    with pytest.raises(redlease.WrongKeyType) as raised:
+        await locks.lock("odd").try_acquire()
+    assert raised.value.found == found
+    assert "ERR" not in str(raised.value)
+    assert server.get(fence_key(prefix, "odd")) == stored
+    assert not server.exists(f"{prefix}:{{odd}}")
+
+
+async def test_a_fence_counter_of_another_type_is_named_by_its_type(make_locks, server, prefix):
+    server.hset(fence_key(prefix, "typed"), "field", "value")
+    locks = await make_locks()
+    with pytest.raises(redlease.WrongKeyType) as raised:
+        await locks.lock("typed").try_acquire()
+    assert raised.value.found == "hash"
+
+
 async def test_a_name_that_cannot_be_encoded_is_an_invalid_name(make_locks, server):
     locks = await make_locks()
     with pytest.raises(redlease.InvalidName):

@@ -20,6 +20,9 @@ from redlease.errors import InvalidArgument, InvalidName
 DEFAULT_PREFIX = "redlease"
 MAX_NAME_BYTES = 1024
 MAX_TTL_MS = 10**12
+MIN_TTL_MS = 10
+"""A shorter lease could end before the reply that grants it arrives (a loaded round trip
+is a few ms), and its renewals would spin: such a lease would be dead on arrival."""
 
 
 SLOTS = 16384
@@ -67,15 +70,15 @@ def validate_prefix(prefix: object) -> str:
     return prefix
 
 
-def ttl_to_ms(ttl: object, what: str = "ttl") -> int:
+def ttl_to_ms(ttl: object, what: str = "ttl", least_ms: int = MIN_TTL_MS) -> int:
     """Seconds (int or float) to whole milliseconds, refusing what a lease cannot be."""
     if isinstance(ttl, bool) or not isinstance(ttl, (int, float)):
         raise InvalidArgument(f"{what} must be a number of seconds, got {ttl!r}")
     if not math.isfinite(ttl) or ttl <= 0:
         raise InvalidArgument(f"{what} must be a positive, finite number of seconds, got {ttl!r}")
     ms = round(ttl * 1000)
-    if ms < 1:
-        raise InvalidArgument(f"{what} of {ttl!r} s is below the 1 ms precision of a lease")
+    if ms < least_ms:
+        raise InvalidArgument(f"{what} must be at least {least_ms} ms, got {ttl!r} s")
     if ms > MAX_TTL_MS:
         raise InvalidArgument(f"{what} of {ttl!r} s is too long")
     return ms

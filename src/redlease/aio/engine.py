@@ -99,7 +99,7 @@ class AsyncEngine(LocksBase):
         if sharded_pubsub is not None:
             self._pubsub_commands = PubSubCommands(sharded_pubsub)
         self._replica_template = ReplicaAcks(
-            1, ttl_to_ms(replica_timeout, "replica_timeout"), replica_aof
+            1, ttl_to_ms(replica_timeout, "replica_timeout", 1), replica_aof
         )
         if replicas:
             self._acks = self._replica_acks(replicas)

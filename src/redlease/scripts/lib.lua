@@ -7,17 +7,27 @@ local function server_ms()
 end
 
 -- Draw the next fencing token. Tokens go up to 2^63 - 1, past the 2^53 a Lua number holds
--- exactly, so they travel as decimal strings. Returns the token, or nil and the server's
--- error (a foreign value, or a counter at its maximum) with nothing changed.
+-- exactly, so they travel as decimal strings. Returns the token, or nil and what was found
+-- instead (another type, a non-integer, a count below zero, or 'overflow' at the maximum)
+-- with nothing changed: a token is always positive.
 local function draw_fence(key)
   local n = redis.pcall('incr', key)
   if type(n) == 'table' then
     local err = n.err
-    if string.find(err, 'WRONGTYPE', 1, true) or string.find(err, 'not an integer', 1, true)
-        or string.find(err, 'overflow', 1, true) then
-      return nil, err
+    if string.find(err, 'WRONGTYPE', 1, true) then
+      return nil, redis.call('type', key).ok
+    end
+    if string.find(err, 'not an integer', 1, true) then
+      return nil, 'string that is not an integer'
+    end
+    if string.find(err, 'overflow', 1, true) then
+      return nil, 'overflow'
     end
     error(n)  -- not the counter's fault (a read-only replica, out of memory): say so as is
+  end
+  if n < 1 then
+    redis.call('decr', key)  -- leave another program's value as it was found
+    return nil, string.format('negative or zero fence counter (%d)', n - 1)
   end
   if n < 9007199254740992 then
     return string.format('%d', n)

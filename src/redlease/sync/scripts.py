@@ -77,7 +77,11 @@ class Scripts:
             idle.clear()
             self._pid = os.getpid()
         client: Any = self.client  # a plain client here: a cluster routes by itself
-        connection = idle.pop() if idle else checkout(client.connection_pool)
+        pool = client.connection_pool
+        connection = idle.pop() if idle else checkout(pool)
+        if left_behind(pool, connection):  # a Sentinel failover moved the master
+            give_up(pool, connection)
+            connection = checkout(pool)
         keys, sha = op.keys, SHA_OF[id(op.script)]
         command = connection.pack_command("EVALSHA", sha, len(keys), *keys, *op.args)
         try:
@@ -93,7 +97,7 @@ class Scripts:
             idle.append(connection)  # the server answered: the connection is fine
             raise
         except BaseException:
-            give_up(client.connection_pool, connection)
+            give_up(pool, connection)
             raise
         idle.append(connection)
         return reply
@@ -182,6 +186,15 @@ def checkout(pool: Any) -> Any:
         return pool.get_connection()
     except TypeError:  # redis-py before 5.3 names the command
         return pool.get_connection("EVALSHA")
+
+
+def left_behind(pool: Any, connection: Any) -> bool:
+    """Whether a kept connection still talks to a master a Sentinel pool has left (after a
+    failover the old master keeps taking writes until the sentinels demote it)."""
+    master = getattr(pool, "master_address", None)
+    if master is None:
+        return False
+    return (connection.host, connection.port) != tuple(master)
 
 
 def give_up(pool: Any, connection: Any) -> None:
