@@ -57,6 +57,7 @@ def demo(extra: list[str]) -> None:
 def test(extra: list[str], url: str | None) -> None:
     run(PYTHON, "tools/unasync.py", "--check")
     run(PYTHON, "tools/slot_tags.py", "--check")
+    run(PYTHON, "tools/house.py", "--check")
     run(PYTHON, "-m", "ruff", "check", ".")
     run(PYTHON, "-m", "ruff", "format", "--check", ".")
     run(PYTHON, "-m", "mypy")

@@ -175,7 +175,7 @@ class _RedleaseHolder(_Holder):
     def details(self) -> dict[str, Any]:
         leases = [lease for (_, lease), _, _ in self.held]
         return {
-            "renew_round_trips": self.locks.renewer.round_trips,
+            "renew_round_trips": self.locks._renewer.round_trips,
             "renew_leases_renewed": sum(lease.renewals for lease in leases),
             "renew_marked_lost": sum(bool(lease.lost) for lease in leases),
         }

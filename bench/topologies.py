@@ -166,7 +166,7 @@ def cluster_reps(
         stack.callback(locks.close)
         sha = client.script_load(RTT_SCRIPT)
         spread_over = Counter(
-            client.get_node_from_key(locks.keys(name).lease).port for name in names
+            client.get_node_from_key(locks._keys_for(name).lease).port for name in names
         )
         rtt_keys = itertools.cycle(names)
         lock_names = itertools.cycle(names)

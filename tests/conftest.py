@@ -27,8 +27,8 @@ import pytest_asyncio
 import redis
 
 import redlease
-from redlease.core.base import Owner
 from redlease.core.lease import Lease
+from redlease.core.owner import Owner
 from redlease.keys import LockKeys
 from redlease.server import EmbeddedServer
 
@@ -44,7 +44,7 @@ class SyncLockAdapter:
 
     @property
     def lease(self) -> Lease | None:
-        return self.lock.locks.held(self.name, self.lock._explicit_owner or self._owner.thread)
+        return self.lock._locks._held(self.name, self.lock._explicit_owner or self._owner.thread)
 
     async def acquire(self, *args: Any, **kwargs: Any) -> Lease:
         return await self._owner.run(self.lock.acquire, *args, **kwargs)

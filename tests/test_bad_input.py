@@ -566,7 +566,7 @@ async def test_cancelled_during_the_first_try_holds_nothing(proxied, prefix):
             "the grant the cancelled task never saw is left held for its TTL"
         )
         assert not plain.exists(lock.keys.queue)
-        assert locks.notifier.channels() == []
+        assert locks._notifier.channels() == []
         assert not subscribed_channels(plain, f"{prefix}*")
         # and the lock is usable again right away
         async with lock:

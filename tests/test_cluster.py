@@ -168,8 +168,8 @@ async def test_waiters_on_every_node_wake_by_hand_off_over_one_connection_per_no
         async def woken() -> list[Lease]:
             return list(await asyncio.gather(*futures))
 
-    assert await eventually(lambda: len(waiting.notifier.channels()) == len(names), 5)
-    connections = waiting.notifier.connections()
+    assert await eventually(lambda: len(waiting._notifier.channels()) == len(names), 5)
+    connections = waiting._notifier.connections()
     assert 1 <= connections <= len(cluster.masters()), f"{connections} pub/sub connections"
 
     released_at = time.monotonic()
@@ -208,7 +208,7 @@ async def test_two_hundred_renewing_leases_renew_in_few_round_trips(
     assert [lease.name for lease in leases if lease.lost] == []
     assert min(lease.renewals for lease in leases) >= 3
     renewed = sum(lease.renewals for lease in leases)
-    round_trips = locks.renewer.round_trips
+    round_trips = locks._renewer.round_trips
     assert 0 < round_trips <= renewed / 50, f"{renewed} renewals took {round_trips} round trips"
     keys = [f"{prefix}:{{{name}}}" for name in names]
     # In a thread: the asyncio flavour's renewal task must keep running meanwhile.
@@ -291,7 +291,7 @@ async def test_holder_waiter_and_renewal_follow_a_graceful_failover(
     lease = await holder.lock("payroll", ttl=ttl, renew=True).acquire()
     waiting_lock = waiting.lock("payroll", owner="w", ttl=ttl, renew=True)
     waiter = asyncio.create_task(waiting_lock.acquire(timeout=30))
-    assert await eventually(lambda: len(waiting.notifier.channels()) == 1, 5)
+    assert await eventually(lambda: len(waiting._notifier.channels()) == 1, 5)
     old_master = cluster.master_for_key(key)
 
     new_master = await asyncio.to_thread(cluster.failover, old_master)

@@ -23,7 +23,7 @@ import redis
 
 import redlease
 from conftest import fence_key
-from redlease.core.base import KEYS_CACHE_SIZE
+from redlease.core.client_state import KEYS_CACHE_SIZE
 from redlease.server import EmbeddedServer
 
 TOKEN = re.compile(r"^[A-Za-z0-9_-]{22}\|(?P<host>[^|]+)\|(?P<pid>\d+)\|(?P<owner>.+)$")

@@ -248,7 +248,7 @@ async def test_a_cancelled_fair_waiter_leaves_no_trace_and_does_not_stall_the_qu
         with pytest.raises(asyncio.CancelledError):
             await cancelled
         await eventually(lambda: server.llen(queue) == 1, within=1.0)
-        assert quitter.notifier.waiting() == 0
+        assert quitter._notifier.waiting() == 0
         assert len(channels_left(server, prefix)) <= 2, "one channel per waiting client"
 
         released_at = time.monotonic()
@@ -336,7 +336,7 @@ async def test_read_and_write_are_each_reentrant_for_their_owner(make_family):
     first = await rw.read.acquire()
     again = await rw.read.acquire()
     assert again is first
-    assert first.count == 2
+    assert first._count == 2
     assert await rw.read.readers() == 1
     assert await other.write.try_acquire() is None
     assert await rw.read.release() is ReleaseOutcome.STILL_HELD
@@ -345,7 +345,7 @@ async def test_read_and_write_are_each_reentrant_for_their_owner(make_family):
 
     written = await rw.write.acquire()
     assert await rw.write.acquire() is written
-    assert written.count == 2
+    assert written._count == 2
     assert await other.read.try_acquire() is None
     with pytest.raises(redlease.LockError, match="downgrade"):
         await rw.read.acquire()

@@ -181,7 +181,7 @@ def test_raise_gives_the_caller_a_typed_error(celery_rig: CeleryRig) -> None:
 
 def test_long_task_keeps_its_lock_beyond_the_ttl(celery_rig: CeleryRig) -> None:
     long_job = celery_rig.tasks["long"]
-    lease_key = celery_rig.locks.keys("long:10").lease
+    lease_key = celery_rig.locks._keys_for("long:10").lease
     first = long_job.delay(10, 3.0)
     time.sleep(2.0)  # twice the 1 s TTL
 
@@ -296,7 +296,7 @@ async def test_overlapping_requests_for_one_user_get_200_and_409(
     assert refused.json()["detail"]["error"] == "locked"
     assert refused.json()["detail"]["lock"] == "order:1"
     assert "another request" in refused.json()["detail"]["message"]
-    assert not await alocks.client.exists(alocks.keys("order:1").lease)
+    assert not await alocks.client.exists(alocks._keys_for("order:1").lease)
 
 
 async def test_requests_for_different_users_both_run(alocks: redlease.AsyncLocks) -> None:
@@ -309,7 +309,7 @@ async def test_requests_for_different_users_both_run(alocks: redlease.AsyncLocks
     assert [response.status_code for response in responses] == [200, 200]
     assert [response.json()["user_id"] for response in responses] == [1, 2]
     for user in (1, 2):
-        assert not await alocks.client.exists(alocks.keys(f"order:{user}").lease)
+        assert not await alocks.client.exists(alocks._keys_for(f"order:{user}").lease)
 
 
 async def test_lock_is_released_before_the_response_is_sent(
@@ -332,7 +332,7 @@ async def test_request_scope_holds_the_lock_until_after_the_response(
 
     assert response.status_code == 200
     assert app.state.seen_during_teardown == [True]
-    assert not await alocks.client.exists(alocks.keys("order:3").lease)
+    assert not await alocks.client.exists(alocks._keys_for("order:3").lease)
 
 
 async def test_a_failing_endpoint_releases_the_lock(alocks: redlease.AsyncLocks) -> None:
@@ -342,7 +342,7 @@ async def test_a_failing_endpoint_releases_the_lock(alocks: redlease.AsyncLocks)
 
     assert refused.status_code == 400
     assert again.status_code == 200
-    assert not await alocks.client.exists(alocks.keys("order:4").lease)
+    assert not await alocks.client.exists(alocks._keys_for("order:4").lease)
 
 
 async def test_423_with_retry_after_and_a_wait(alocks: redlease.AsyncLocks) -> None:

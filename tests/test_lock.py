@@ -155,7 +155,7 @@ async def test_reentrancy_counts_and_frees_at_zero(make_locks):
     outer = await lock.acquire()
     inner = await lock.acquire()
     assert inner is outer
-    assert outer.count == 2
+    assert outer._count == 2
 
     assert await lock.release() is ReleaseOutcome.STILL_HELD
     assert await other.lock("tree").try_acquire() is None

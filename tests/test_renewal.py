@@ -237,7 +237,7 @@ async def test_thousand_leases_are_renewed_by_one_worker_in_batches(make_locks, 
     assert not [lease.name for lease in leases if lease.lost]
     assert min(lease.renewals for lease in leases) >= 1
     renewed = sum(lease.renewals for lease in leases)
-    round_trips = locks.renewer.round_trips
+    round_trips = locks._renewer.round_trips
     assert 0 < round_trips <= renewed / 50, f"{renewed} renewals took {round_trips} round trips"
     outcomes = await release_all(locks, shards, owner="shards")
     assert set(outcomes) == {ReleaseOutcome.RELEASED}
@@ -251,7 +251,7 @@ def lose_first_release_reply(
     ``meanwhile`` runs between the lost reply and the client's retry; the list returned
     collects what the server answered to each release attempt.
     """
-    scripts = getattr(locks, "locks", locks).scripts
+    scripts = getattr(locks, "locks", locks)._scripts
     run, answers = scripts.run, []
 
     def lost(reply: object) -> object:

@@ -272,7 +272,7 @@ async def test_a_denied_sharded_pubsub_probe_is_not_taken_for_an_old_server(
         pytest.skip("this server has no sharded pub/sub")
     url = acl_user(private.port, "&*", "+@all", "-spublish")
     async with redlease.AsyncLocks(url, prefix=prefix) as locks:
-        commands = await locks.commands()
+        commands = await locks._commands()
     assert commands.sharded
 
 

@@ -88,7 +88,7 @@ async def test_locks_work_through_a_sentinel_managed_client(
     lease = await holder.lock("report", ttl=30).acquire()
     assert master_value(redlease_sentinel, key) == lease.token
     waiter = asyncio.create_task(waiting.lock("report", owner="w").acquire(timeout=15))
-    assert await eventually(lambda: len(waiting.notifier.channels()) == 1, 5)
+    assert await eventually(lambda: len(waiting._notifier.channels()) == 1, 5)
     released_at = time.monotonic()
     assert await holder.lock("report").release() is ReleaseOutcome.RELEASED
     handed = await asyncio.wait_for(waiter, 10)
@@ -114,7 +114,7 @@ async def test_lock_held_across_a_failover_stays_held_and_goes_to_the_waiter(
     lease = await holder.lock("invoice", ttl=ttl, renew=True).acquire()
     waiter = asyncio.create_task(waiting.lock("invoice", owner="w").acquire(timeout=15))
     try:
-        assert await eventually(lambda: len(waiting.notifier.channels()) == 1, 5)
+        assert await eventually(lambda: len(waiting._notifier.channels()) == 1, 5)
         old_address = redlease_sentinel.master_address()
 
         new_address = await asyncio.to_thread(redlease_sentinel.failover)

@@ -240,7 +240,7 @@ async def test_cancelled_waiter_leaves_nothing_behind(redlease_url, server, pref
         assert waiting.done(), "the cancelled acquire kept waiting: the cancellation was lost"
         assert waiting.cancelled(), f"the cancelled acquire ended with {waiting}"
 
-        assert waiter_locks.notifier.waiting() == 0
+        assert waiter_locks._notifier.waiting() == 0
         assert len(listening(server, prefix)) <= 1, "the client's channel stays, nothing more"
         assert keys_under(server, prefix) == {holder.keys.lease, holder.keys.fence}
         assert token_in(server.get(holder.keys.lease)) == held.token

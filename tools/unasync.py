@@ -1,6 +1,6 @@
 """Generate the sync flavour from the asyncio one, or check that it is current.
 
-    python tools/unasync.py          # rewrite src/redlease/sync/{lock,renewer,scripts}.py
+    python tools/unasync.py          # rewrite the generated modules of src/redlease/sync/
     python tools/unasync.py --check  # exit 1 if any generated file is stale
 
 The asyncio modules are the source; the sync twins are derived by token replacement so
@@ -17,8 +17,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "src" / "redlease"
 GENERATED = (
+    "driver.py",
+    "engine.py",
     "family.py",
     "fanout.py",
+    "handle.py",
     "lock.py",
     "notify.py",
     "redlock.py",
@@ -45,6 +48,7 @@ REPLACEMENTS: list[tuple[str, str]] = [
     (r"asyncio client", "sync client"),
     (r"current task", "current thread"),
     (r"a task that", "a thread that"),
+    (r"renewal task", "renewal thread"),
     (r"per event loop", "and share it between threads"),
     (r"asyncio flavour", "sync flavour"),
     (r"``redis\.asyncio\.Redis``", "``redis.Redis``"),

@@ -13,8 +13,8 @@ from typing import Any, TypeVar
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from redlease.compat import AsyncClusterClients, library_of
-from redlease.core.base import Owner
 from redlease.core.lease import Lease, LostCallback, run_callbacks
+from redlease.core.owner import Owner
 from redlease.errors import InvalidArgument, LockError
 
 logger = logging.getLogger("redlease")

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from redlease.aio._flavor import current_owner, fire
-from redlease.aio.lock import AsyncLock
-from redlease.core.base import Owner
+from redlease.aio.engine import AsyncEngine
+from redlease.aio.handle import AsyncLock
 from redlease.core.claims import SharedClaim
 from redlease.core.family import (
     MultiLease,
@@ -20,16 +20,14 @@ from redlease.core.hooks import ACQUIRED, ERROR, TIMEOUT
 from redlease.core.lease import Lease, ReleaseOutcome
 from redlease.core.multi import multi_acquire_flow
 from redlease.core.ops import RunScript
+from redlease.core.owner import Owner
 from redlease.core.protocol import call_flow, latch_wait_flow, release_flow
 from redlease.errors import InvalidArgument, LeaseLost, LockTimeout
 from redlease.keys import ttl_to_ms
 from redlease.scripts import ScriptName
 
-if TYPE_CHECKING:
-    from redlease.aio.lock import AsyncLocks
 
-
-class AsyncReadLock(ReadLockBase["AsyncLocks"], AsyncLock):
+class AsyncReadLock(ReadLockBase[AsyncEngine], AsyncLock):
     """Readers share the lock; each reader's hold is a lease of its own."""
 
     async def locked(self) -> bool:
@@ -38,24 +36,24 @@ class AsyncReadLock(ReadLockBase["AsyncLocks"], AsyncLock):
 
     async def readers(self) -> int:
         """How many readers hold the lock now (expired ones do not count)."""
-        claim = SharedClaim(self.keys, "-", self.ttl_ms, "publish", "r")
-        return int(await self.locks.drive(call_flow(claim.count_op(), self.keys, "inspect")))
+        claim = SharedClaim(self.keys, "-", self._ttl_ms, "publish", "r")
+        return int(await self._locks._drive(call_flow(claim.count_op(), self.keys, "inspect")))
 
     async def owned(self) -> bool:
         lease = self.lease
         if lease is None:
             return False
-        return await self.locks.client.zscore(self.keys.holders, lease.token) is not None
+        return await self._locks.client.zscore(self.keys.holders, lease.token) is not None
 
 
-class AsyncWriteLock(WriteLockBase["AsyncLocks"], AsyncLock):
+class AsyncWriteLock(WriteLockBase[AsyncEngine], AsyncLock):
     """One writer at a time, and no reader meanwhile."""
 
     async def locked(self) -> bool:
-        return bool(await self.locks.client.exists(self.keys.writer))
+        return bool(await self._locks.client.exists(self.keys.writer))
 
     async def owned(self) -> bool:
-        return self._is_ours(await self.locks.client.get(self.keys.writer))
+        return self._is_ours(await self._locks.client.get(self.keys.writer))
 
     async def _release_by(self, owner: Owner) -> ReleaseOutcome:
         reader = self._downgraded_reader(owner)
@@ -70,7 +68,7 @@ class AsyncWriteLock(WriteLockBase["AsyncLocks"], AsyncLock):
         The returned lease keeps the token and fence; release it through ``rw.read``.
         """
         lease, reader = self._begin_downgrade()
-        code = await self.locks.drive(call_flow(reader.downgrade_op(), self.keys, "downgrade"))
+        code = await self._locks._drive(call_flow(reader.downgrade_op(), self.keys, "downgrade"))
         read, callbacks = self._finish_downgrade(lease, reader, int(code))
         if read is None:
             fire(lease, callbacks)
@@ -81,25 +79,25 @@ class AsyncWriteLock(WriteLockBase["AsyncLocks"], AsyncLock):
 class AsyncReadWriteLock:
     """Many readers or one writer, writer-preferring: ``rw.read`` and ``rw.write``."""
 
-    def __init__(self, locks: AsyncLocks, name: str, **options: Any) -> None:
+    def __init__(self, locks: AsyncEngine, name: str, **options: Any) -> None:
         self.read = AsyncReadLock(locks, name, **options)
         self.write = AsyncWriteLock(locks, name, **options)
-        self.write.reader = self.read
+        self.write._reader = self.read
         self.name = self.read.name
 
 
-class AsyncSemaphore(SemaphoreBase["AsyncLocks"]):
+class AsyncSemaphore(SemaphoreBase[AsyncEngine]):
     """``permits`` leased places: a crashed holder's permit returns when its lease ends."""
 
-    def current_owner_ident(self) -> Owner:
+    def _current_owner(self) -> Owner:
         return current_owner()
 
     async def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> Lease:
         """Take a permit (its lease's token is the permit id) or raise :class:`LockTimeout`."""
         owner = self._owner()
-        publish = await self.locks.publish_for(self)
+        publish = await self._locks._publish_for(self)
         request = self._request(self._claim(owner, publish), blocking, timeout)
-        return self._settle(owner, await self.locks.obtain(self, request), request, None)
+        return self._settle(owner, await self._locks._obtain(self, request), request, None)
 
     async def try_acquire(self) -> Lease | None:
         try:
@@ -110,12 +108,12 @@ class AsyncSemaphore(SemaphoreBase["AsyncLocks"]):
     async def release(self, lease: Lease) -> ReleaseOutcome:
         """Give a permit back (handing it to the first waiter that fits)."""
         self._begin_release(lease)
-        return await self.locks.give_back(self, lease)
+        return await self._locks._give_back(self, lease)
 
     async def available(self) -> int:
         """Permits free right now (expired holders' permits count as free)."""
-        claim = SharedClaim(self.keys, "-", self.ttl_ms, "publish", "r", self.permits)
-        return int(await self.locks.drive(call_flow(claim.available_op(), self.keys, "inspect")))
+        claim = SharedClaim(self.keys, "-", self._ttl_ms, "publish", "r", self._permits)
+        return int(await self._locks._drive(call_flow(claim.available_op(), self.keys, "inspect")))
 
     async def __aenter__(self) -> Lease:
         return self._push(await self.acquire())
@@ -134,9 +132,9 @@ class AsyncSemaphore(SemaphoreBase["AsyncLocks"]):
 class AsyncCountDownLatch:
     """Wait until ``count`` events happened (``count_down`` calls), from any process."""
 
-    def __init__(self, locks: AsyncLocks, name: str) -> None:
-        self.locks = locks
-        self.keys = locks.keys(name)
+    def __init__(self, locks: AsyncEngine, name: str) -> None:
+        self._locks = locks
+        self.keys = locks._keys_for(name)
         self.name = self.keys.name
 
     async def try_set_count(self, count: int, ttl: float | None = None) -> bool:
@@ -156,12 +154,12 @@ class AsyncCountDownLatch:
     async def wait(self, timeout: float | None = None) -> bool:
         """True once the count is zero (or no count is set); False after ``timeout``."""
         flow = latch_wait_flow(
-            await self._op("get"), self.keys.broadcast, timeout, self.locks.clock
+            await self._op("get"), self.keys.broadcast, timeout, self._locks._clock
         )
-        return bool(await self.locks.drive(flow))
+        return bool(await self._locks._drive(flow))
 
     async def _op(self, operation: str, count: int = 0, ttl_ms: int = 0) -> RunScript:
-        publish = await self.locks.commands_for(self.keys)
+        publish = await self._locks._commands_for(self.keys)
         return RunScript(
             ScriptName.COUNTDOWN,
             (self.keys.count,),
@@ -171,10 +169,10 @@ class AsyncCountDownLatch:
 
     async def _call(self, operation: str, count: int = 0, ttl_ms: int = 0) -> Any:
         op = await self._op(operation, count, ttl_ms)
-        return await self.locks.drive(call_flow(op, self.keys, operation))
+        return await self._locks._drive(call_flow(op, self.keys, operation))
 
 
-class AsyncMultiLock(MultiLockBase["AsyncLocks"]):
+class AsyncMultiLock(MultiLockBase[AsyncEngine]):
     """Several locks taken all or none.
 
     On one server (or when all names share a cluster slot) the taking is one atomic step.
@@ -183,24 +181,24 @@ class AsyncMultiLock(MultiLockBase["AsyncLocks"]):
     for a moment.
     """
 
-    def current_owner_ident(self) -> Owner:
+    def _current_owner(self) -> Owner:
         return current_owner()
 
     async def acquire(
         self, blocking: bool | None = None, timeout: float | None = None
     ) -> MultiLease:
         owner = self._owner()
-        publish = await self.locks.publish_for(self)
+        publish = await self._locks._publish_for(self)
         claims = self._claims(owner, publish)
         request = self._request(claims[0], blocking, timeout)
-        atomic = self.locks.atomic_for(self.all_keys)
-        flow = multi_acquire_flow(claims, atomic, request, self.locks.clock)
+        atomic = self._locks._atomic_for(self._all_keys)
+        flow = multi_acquire_flow(claims, atomic, request, self._locks._clock)
         try:
-            result = await self.locks.drive(flow)
+            result = await self._locks._drive(flow)
         except BaseException as exc:
             self._observe(request, ERROR, error=exc)
             for claim in claims:
-                await self.locks.drive(release_flow(claim, withdraw=True))
+                await self._locks._drive(release_flow(claim, withdraw=True))
             raise
         held = self._adopt_all(owner, claims, result)
         if held is None:
@@ -212,7 +210,7 @@ class AsyncMultiLock(MultiLockBase["AsyncLocks"]):
     async def release(self) -> ReleaseOutcome:
         """Release every part; ``EXPIRED`` if any part had already ended."""
         held = self._begin_release()
-        outcomes = [await self.locks.give_back(self, lease) for lease in held.leases]
+        outcomes = [await self._locks._give_back(self, lease) for lease in held.leases]
         if ReleaseOutcome.EXPIRED in outcomes:
             return ReleaseOutcome.EXPIRED
         return ReleaseOutcome.RELEASED

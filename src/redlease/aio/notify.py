@@ -31,7 +31,7 @@ from redlease.aio._flavor import (
     sleep,
 )
 from redlease.compat import ResponseErrors
-from redlease.core.claims import Claim
+from redlease.core.ops import Claim
 from redlease.core.protocol import NETWORK_ERRORS, Clock, Handoff
 from redlease.core.subscriptions import PubSubCommands, classify, refusal
 from redlease.core.waiters import WaiterBook

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable
 
 from redlease.aio._flavor import Bounded, Wakeup, Worker, fire
 from redlease.core.lease import Lease
-
-if TYPE_CHECKING:
-    from redlease.aio.lock import AsyncLocks
-    from redlease.aio.redlock import AsyncRedlock
+from redlease.core.renewal import RenewalHost
 
 
 class AsyncRenewer:
@@ -20,7 +17,7 @@ class AsyncRenewer:
     so a lease whose renewal cannot be confirmed is reported lost on time.
     """
 
-    def __init__(self, locks: AsyncLocks | AsyncRedlock) -> None:
+    def __init__(self, locks: RenewalHost[Awaitable[list[bool | None]]]) -> None:
         self._locks = locks
         self._wakeup = Wakeup()
         self._worker: Worker | None = None
@@ -48,7 +45,7 @@ class AsyncRenewer:
         self._stopping = False
 
     async def _run(self) -> None:
-        schedule, clock = self._locks.renewals, self._locks.clock
+        schedule, clock = self._locks._renewals, self._locks._clock
         while not self._stopping:
             for lease, callbacks in schedule.expire(clock()):
                 fire(lease, callbacks)
@@ -65,11 +62,11 @@ class AsyncRenewer:
             lost = schedule.settle(due, answers, sent_at, clock())
             for lease, callbacks in lost:
                 fire(lease, callbacks)
-            self._locks.hooks.renewed(sum(1 for answer in answers if answer), len(lost))
+            self._locks._hooks.renewed(sum(1 for answer in answers if answer), len(lost))
 
     async def _renew(self, due: list[Lease], timeout: float) -> list[bool | None]:
         """One round's answers; no answer at all when it could not end within ``timeout``."""
         try:
-            return await self._rounds.run(lambda: self._locks.renew_batch(due), timeout)
+            return await self._rounds.run(lambda: self._locks._renew_batch(due), timeout)
         except TimeoutError:
             return [None] * len(due)

@@ -9,7 +9,6 @@ read-write lock and the semaphore.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Protocol
 
 from redlease.core.ops import RunScript
 from redlease.core.replication import ReplicaAcks
@@ -33,28 +32,6 @@ def split_lease_value(value: str) -> tuple[int | None, str]:
     if separator and fence.isdigit():
         return int(fence), token
     return None, value
-
-
-class Claim(Protocol):
-    @property
-    def keys(self) -> LockKeys: ...
-    @property
-    def token(self) -> str: ...
-    @property
-    def ttl_ms(self) -> int: ...
-    @property
-    def renew_kind(self) -> str: ...
-    @property
-    def renew_key(self) -> str: ...
-    @property
-    def channel(self) -> str: ...
-
-    @property
-    def acks(self) -> ReplicaAcks | None: ...
-
-    def acquire_op(self, queue_mode: str) -> RunScript: ...
-    def release_op(self, withdraw: bool, *, latch: bool = True) -> RunScript: ...
-    def without_acks(self) -> Claim: ...
 
 
 @dataclass(frozen=True)

@@ -8,26 +8,27 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
-from typing import TypeVar
 
-from redlease.core.base import LeasedBase, LockBase, LocksBase, Owner
-from redlease.core.claims import Claim, ExclusiveClaim, SharedClaim
+from redlease.core.base import LeasedBase, LockBase
+from redlease.core.claims import ExclusiveClaim, SharedClaim
+from redlease.core.client_state import LocksT
 from redlease.core.lease import Lease, LostCallback, local_deadline
+from redlease.core.ops import Claim
+from redlease.core.owner import Owner
 from redlease.errors import InvalidArgument, LockError, NotOwned
 from redlease.keys import LockKeys
 
-LocksT = TypeVar("LocksT", bound=LocksBase)
 READ, WRITE = "#read", "#write"
 
 
 class ReadLockBase(LockBase[LocksT]):
     """The shared side of a read-write lock: many readers, each with a lease of its own."""
 
-    role_suffix = READ
-    kind = "read"
+    _role_suffix = READ
+    _kind = "read"
 
     def _claim(self, token: str, publish: str) -> Claim:
-        if self.locks.held(self.keys.lease + WRITE, self._owner()) is not None:
+        if self._locks._held(self.keys.lease + WRITE, self._owner()) is not None:
             raise LockError(
                 f"{self._owner().describe()} holds the write lock of {self.name!r}; "
                 "call downgrade() on the write lock to become a reader instead"
@@ -35,11 +36,11 @@ class ReadLockBase(LockBase[LocksT]):
         return SharedClaim(
             self.keys,
             token,
-            self.ttl_ms,
+            self._ttl_ms,
             publish,
             "r",
-            acks=self.acks,
-            listener=self.locks.listener,
+            acks=self._acks,
+            listener=self._locks._listener,
         )
 
 
@@ -47,8 +48,8 @@ class WriteLockBase(LockBase[LocksT]):
     """The exclusive side of a read-write lock: writers wait for readers to leave, and
     readers that arrive while a writer waits queue behind it (writers cannot starve)."""
 
-    role_suffix = WRITE
-    kind = "write"
+    _role_suffix = WRITE
+    _kind = "write"
 
     @staticmethod
     def _token_in(value: str) -> str:
@@ -56,7 +57,7 @@ class WriteLockBase(LockBase[LocksT]):
 
     def __init__(self, locks: LocksT, name: str, **options: object) -> None:
         super().__init__(locks, name, **options)  # type: ignore[arg-type]
-        self.reader: LockBase[LocksT] | None = None
+        self._reader: LockBase[LocksT] | None = None
         """The read side of the same read-write lock (set by the read-write lock)."""
         self._downgraded: set[str] = set()
         """Tokens of write holds downgraded into read holds, not yet released."""
@@ -64,16 +65,16 @@ class WriteLockBase(LockBase[LocksT]):
     def _downgraded_reader(self, owner: Owner) -> LockBase[LocksT] | None:
         """The read side, when ``owner``'s write hold was downgraded into a read hold there:
         releasing the write side (the end of its ``with`` block) then ends that read hold."""
-        if self.reader is None or self.locks.held(self.role, owner) is not None:
+        if self._reader is None or self._locks._held(self._role, owner) is not None:
             return None
-        read = self.locks.held(self.keys.lease + READ, owner)
+        read = self._locks._held(self.keys.lease + READ, owner)
         if read is None or read.token not in self._downgraded:
             return None
         self._downgraded.discard(read.token)
-        return self.reader
+        return self._reader
 
     def _claim(self, token: str, publish: str) -> Claim:
-        if self.locks.held(self.keys.lease + READ, self._owner()) is not None:
+        if self._locks._held(self.keys.lease + READ, self._owner()) is not None:
             raise LockError(
                 f"{self._owner().describe()} holds a read lock of {self.name!r}; a reader "
                 "cannot upgrade (two upgrading readers would wait on each other forever)"
@@ -81,23 +82,23 @@ class WriteLockBase(LockBase[LocksT]):
         return SharedClaim(
             self.keys,
             token,
-            self.ttl_ms,
+            self._ttl_ms,
             publish,
             "w",
-            acks=self.acks,
-            listener=self.locks.listener,
+            acks=self._acks,
+            listener=self._locks._listener,
         )
 
     def _begin_downgrade(self) -> tuple[Lease, SharedClaim]:
         lease = self.lease
         if lease is None:
             raise NotOwned(f"write lock {self.name!r} is not held by {self._owner().describe()}")
-        if lease.count > 1:
+        if lease._count > 1:
             raise LockError(
-                f"write lock {self.name!r} is held {lease.count} times; downgrade "
+                f"write lock {self.name!r} is held {lease._count} times; downgrade "
                 "releases the write hold, so release the inner holds first"
             )
-        claim = lease.claim
+        claim = lease._claim
         assert isinstance(claim, SharedClaim)
         return lease, SharedClaim(
             claim.keys,
@@ -113,22 +114,22 @@ class WriteLockBase(LockBase[LocksT]):
         self, lease: Lease, reader: SharedClaim, code: int
     ) -> tuple[Lease | None, list[LostCallback]]:
         """The reader's lease once the server agreed; else the write lease's lost callbacks."""
-        self.locks.forget(lease, self.role)
+        self._locks._forget(lease, self._role)
         if code != 1:
-            return None, lease.mark_lost("the write lease had ended before the downgrade")
+            return None, lease._mark_lost("the write lease had ended before the downgrade")
         read = Lease(
             name=lease.name,
             token=lease.token,
             fence=lease.fence,
             ttl_ms=lease.ttl_ms,
-            owner=lease.owner,
-            claim=reader,
+            _owner=lease._owner,
+            _claim=reader,
             acquired_at=lease.acquired_at,
             expires_at=lease.expires_at,
-            renewing=lease.renewing,
-            clock=lease.clock,
+            _renewing=lease._renewing,
+            _clock=lease._clock,
         )
-        self.locks.adopt(read, self.keys.lease + READ)
+        self._locks._adopt(read, self.keys.lease + READ)
         self._downgraded.add(read.token)
         return read, []
 
@@ -140,31 +141,31 @@ class SemaphoreBase(LeasedBase[LocksT]):
     acquire takes another permit, released by passing its lease back.
     """
 
-    kind = "semaphore"
+    _kind = "semaphore"
 
     def __init__(self, locks: LocksT, name: str, permits: int, **options: object) -> None:
         super().__init__(locks, name, **options)  # type: ignore[arg-type]
         if isinstance(permits, bool) or not isinstance(permits, int) or permits < 1:
             raise InvalidArgument(f"permits must be a positive int, got {permits!r}")
-        self.permits = permits
+        self._permits = permits
         self._entered: dict[Hashable, list[Lease]] = {}
 
     def _claim(self, owner: Owner, publish: str) -> SharedClaim:
         return SharedClaim(
             self.keys,
-            self.locks.new_token(owner),
-            self.ttl_ms,
+            self._locks._new_token(owner),
+            self._ttl_ms,
             publish,
             "r",
-            self.permits,
-            self.acks,
-            self.locks.listener,
+            self._permits,
+            self._acks,
+            self._locks._listener,
         )
 
     def _begin_release(self, lease: Lease) -> None:
-        if not isinstance(lease, Lease) or lease.claim.keys != self.keys:
+        if not isinstance(lease, Lease) or lease._claim.keys != self.keys:
             raise NotOwned(f"{lease!r} is not a permit of semaphore {self.name!r}")
-        self.locks.forget(lease, None)
+        self._locks._forget(lease, None)
 
     def _push(self, lease: Lease) -> Lease:
         self._entered.setdefault(self._owner(), []).append(lease)
@@ -208,26 +209,26 @@ class MultiLease:
 class MultiLockBase(LeasedBase[LocksT]):
     """Several exclusive locks taken all or none (see :func:`multi_acquire_flow`)."""
 
-    kind = "multi"
+    _kind = "multi"
 
     def __init__(self, locks: LocksT, names: Iterable[str], **options: object) -> None:
         names = sorted(set(_names(names)))
         if not names:
             raise InvalidArgument("a multi-lock needs at least one lock name")
         super().__init__(locks, names[0], **options)  # type: ignore[arg-type]
-        self.all_keys: list[LockKeys] = [locks.keys(name) for name in names]
+        self._all_keys: list[LockKeys] = [locks._keys_for(name) for name in names]
         self.name = "+".join(names)
         self._held: dict[Hashable, MultiLease] = {}
 
     def _claims(self, owner: Owner, publish: str) -> list[Claim]:
         if owner in self._held:
             raise LockError(f"multi-lock {self.name!r} is already held by {owner.describe()}")
-        token = self.locks.new_token(owner)
+        token = self._locks._new_token(owner)
         return [
             ExclusiveClaim(
-                keys, token, self.ttl_ms, publish, acks=self.acks, listener=self.locks.listener
+                keys, token, self._ttl_ms, publish, acks=self._acks, listener=self._locks._listener
             )
-            for keys in self.all_keys
+            for keys in self._all_keys
         ]
 
     def _adopt_all(
@@ -237,20 +238,20 @@ class MultiLockBase(LeasedBase[LocksT]):
             return None
         fences, sent_at = result
         leases = []
-        for keys, claim, fence in zip(self.all_keys, claims, fences, strict=True):
+        for keys, claim, fence in zip(self._all_keys, claims, fences, strict=True):
             lease = Lease(
                 name=keys.name,
                 token=claim.token,
                 fence=fence,
-                ttl_ms=self.ttl_ms,
-                owner=owner,
-                claim=claim,
+                ttl_ms=self._ttl_ms,
+                _owner=owner,
+                _claim=claim,
                 acquired_at=sent_at,
-                expires_at=local_deadline(sent_at, self.ttl_ms),
-                renewing=self.renew,
-                clock=self.locks.clock,
+                expires_at=local_deadline(sent_at, self._ttl_ms),
+                _renewing=self._renew,
+                _clock=self._locks._clock,
             )
-            self.locks.adopt(lease, None)
+            self._locks._adopt(lease, None)
             leases.append(lease)
         held = self._held[owner] = MultiLease(leases)
         return held
@@ -261,7 +262,7 @@ class MultiLockBase(LeasedBase[LocksT]):
         if held is None:
             raise NotOwned(f"multi-lock {self.name!r} is not held by {owner.describe()}")
         for lease in held.leases:
-            self.locks.forget(lease, None)
+            self._locks._forget(lease, None)
         return held
 
 

@@ -16,6 +16,8 @@ from typing import Any
 
 from redlease.core.lease import Lease, ReleaseOutcome
 
+__all__ = ["AcquireEvent", "Hooks"]
+
 logger = logging.getLogger("redlease")
 
 ACQUIRED, TIMEOUT, ERROR = "acquired", "timeout", "error"

@@ -7,10 +7,8 @@ import logging
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from redlease.core.claims import Claim
+from redlease.core.ops import Claim
 
 logger = logging.getLogger("redlease")
 
@@ -68,27 +66,27 @@ class Lease:
     token: str
     fence: int
     ttl_ms: int
-    owner: Hashable
-    claim: Claim = field(repr=False)
+    _owner: Hashable
+    _claim: Claim = field(repr=False)
     acquired_at: float
     expires_at: float
-    renewing: bool
-    count: int = 1
+    _renewing: bool
+    _count: int = 1
     renewals: int = 0
-    clock: Callable[[], float] = field(default=time.monotonic, repr=False)
+    _clock: Callable[[], float] = field(default=time.monotonic, repr=False)
     _reason: str | None = field(default=None, init=False)
     _callbacks: list[LostCallback] = field(default_factory=list, repr=False)
 
     @property
     def lost(self) -> bool:
         """True once the lease was found lost, or its local deadline passed unconfirmed."""
-        return self._reason is not None or self.clock() >= self.expires_at
+        return self._reason is not None or self._clock() >= self.expires_at
 
     @property
     def lost_reason(self) -> str | None:
         if self._reason is not None:
             return self._reason
-        return PAST_DEADLINE if self.clock() >= self.expires_at else None
+        return PAST_DEADLINE if self._clock() >= self.expires_at else None
 
     @property
     def ttl(self) -> float:
@@ -99,11 +97,11 @@ class Lease:
         if self._reason is None and not self.lost:
             self._callbacks.append(callback)
             return
-        for pending in self.mark_lost(PAST_DEADLINE):
+        for pending in self._mark_lost(PAST_DEADLINE):
             _call_safely(pending, self)
         _call_safely(callback, self)
 
-    def mark_lost(self, reason: str) -> list[LostCallback]:
+    def _mark_lost(self, reason: str) -> list[LostCallback]:
         """Record the loss once; return the callbacks the caller must now run.
 
         A loss first seen at the local deadline takes the more telling reason found later

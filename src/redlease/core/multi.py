@@ -17,8 +17,7 @@ from collections.abc import Sequence
 
 from redis.crc import key_slot
 
-from redlease.core.claims import Claim
-from redlease.core.ops import RunScript
+from redlease.core.ops import Claim, RunScript
 from redlease.core.protocol import (
     NETWORK_ERRORS,
     AcquireRequest,

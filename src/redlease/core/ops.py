@@ -1,16 +1,14 @@
-"""The operations a flow asks its driver to carry out."""
+"""The operations a flow asks its driver to carry out, and the claim they act for."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from redlease.core.replication import ReplicaAcks
-
-if TYPE_CHECKING:
-    from redlease.core.claims import Claim
+from redlease.keys import LockKeys
 from redlease.scripts import ScriptName
 
 
@@ -26,6 +24,30 @@ class RunScript:
     idempotent: bool = True
     """Whether running it twice answers as running it once (the lock scripts are, by their
     tokens and latches), so a call lost with its connection may be sent again."""
+
+
+class Claim(Protocol):
+    """What one acquisition asks the server for (see :mod:`redlease.core.claims`)."""
+
+    @property
+    def keys(self) -> LockKeys: ...
+    @property
+    def token(self) -> str: ...
+    @property
+    def ttl_ms(self) -> int: ...
+    @property
+    def renew_kind(self) -> str: ...
+    @property
+    def renew_key(self) -> str: ...
+    @property
+    def channel(self) -> str: ...
+
+    @property
+    def acks(self) -> ReplicaAcks | None: ...
+
+    def acquire_op(self, queue_mode: str) -> RunScript: ...
+    def release_op(self, withdraw: bool, *, latch: bool = True) -> RunScript: ...
+    def without_acks(self) -> Claim: ...
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from redlease.compat import AuthenticationErrors, ConnectionErrors, TimeoutErrors
-from redlease.core.claims import Claim
 from redlease.core.lease import local_deadline
-from redlease.core.ops import Operation, RunScript, Subscribe, Wait
+from redlease.core.ops import Claim, Operation, RunScript, Subscribe, Wait
 from redlease.core.replication import ReplicaShortfall
 from redlease.errors import (
     AuthenticationFailed,

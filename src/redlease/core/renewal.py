@@ -14,11 +14,14 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Sequence
+from typing import Protocol, TypeVar
 
 from redis.crc import key_slot
 
+from redlease.core.hooks import Hooks
 from redlease.core.lease import PAST_DEADLINE, Lease, LostCallback, local_deadline
 from redlease.core.ops import RunScript
+from redlease.core.protocol import Clock
 from redlease.scripts import ScriptName
 
 RETRY_AFTER_ERROR_S = 0.2
@@ -67,7 +70,7 @@ class RenewalSchedule:
         with self._guard:
             if not add and lease not in self._due:
                 return False
-            due = self._due[lease] = sent_at + lease.ttl / 3 if lease.renewing else math.inf
+            due = self._due[lease] = sent_at + lease.ttl / 3 if lease._renewing else math.inf
             return min(due, told_at(lease)) < self._planned
 
     def leases(self) -> list[Lease]:
@@ -116,7 +119,7 @@ class RenewalSchedule:
             over = [lease for lease in self._due if told_at(lease) <= now]
             for lease in over:
                 del self._due[lease]
-            return [(lease, lease.mark_lost(PAST_DEADLINE)) for lease in over]
+            return [(lease, lease._mark_lost(PAST_DEADLINE)) for lease in over]
 
     def settle(
         self, batch: Sequence[Lease], answers: Sequence[bool | None], sent_at: float, now: float
@@ -147,8 +150,30 @@ class RenewalSchedule:
                 else:
                     reason = "the server could not be reached before the lease's local deadline"
                 del self._due[lease]
-                lost.append((lease, lease.mark_lost(reason)))
+                lost.append((lease, lease._mark_lost(reason)))
         return lost
+
+
+AnswersT_co = TypeVar("AnswersT_co", covariant=True)
+
+
+class RenewalHost(Protocol[AnswersT_co]):
+    """What a renewal worker needs from the client it serves (a ``Locks`` or a ``Redlock``):
+    the schedule, the clock, where to report, and one round trip's renewal of due leases
+    (``AnswersT_co`` is that call's result: the answers, or an awaitable of them)."""
+
+    @property
+    def _renewals(self) -> RenewalSchedule: ...
+
+    @property
+    def _clock(self) -> Clock: ...
+
+    @property
+    def _hooks(self) -> Hooks: ...
+
+    def _renew_batch(self, due: list[Lease]) -> AnswersT_co:
+        """Renew ``due`` leases; one answer per lease (True kept, False lost, None unknown)."""
+        ...
 
 
 Batch = tuple[list[Lease], RunScript]
@@ -163,15 +188,15 @@ def renewal_calls(due: Sequence[Lease], per_slot: bool = False) -> list[Batch]:
     if per_slot:
         by_slot: dict[int, list[Lease]] = {}
         for lease in due:
-            by_slot.setdefault(key_slot(lease.claim.renew_key.encode()), []).append(lease)
+            by_slot.setdefault(key_slot(lease._claim.renew_key.encode()), []).append(lease)
         return [batch for group in by_slot.values() for batch in renewal_calls(group)]
     batches: list[Batch] = []
     for start in range(0, len(due), BATCH_SIZE):
         chunk = list(due[start : start + BATCH_SIZE])
         args: list[str | int] = []
         for lease in chunk:
-            args += [lease.claim.renew_kind, lease.token, lease.ttl_ms]
-        keys = [lease.claim.renew_key for lease in chunk]
+            args += [lease._claim.renew_kind, lease.token, lease.ttl_ms]
+        keys = [lease._claim.renew_key for lease in chunk]
         batches.append((chunk, RunScript(ScriptName.RENEW, keys, args)))
     return batches
 

@@ -17,7 +17,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-from redlease.core.claims import Claim
+from redlease.core.ops import Claim
 from redlease.core.protocol import Handoff
 
 ABANDONED_KEPT = 4096

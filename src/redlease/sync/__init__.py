@@ -1,2 +1,2 @@
-"""The sync (threading) flavour. ``lock.py``, ``renewer.py`` and ``scripts.py`` are generated
-from :mod:`redlease.aio` by ``tools/unasync.py``; ``_flavor.py`` and ``notify.py`` are its own."""
+"""The sync (threading) flavour, generated from :mod:`redlease.aio` by ``tools/unasync.py``
+(the list is its ``GENERATED``); only ``_flavor.py``, what threads do differently, is its own."""

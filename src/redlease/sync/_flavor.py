@@ -18,8 +18,8 @@ from typing import Any, Protocol, TypeVar
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from redlease.compat import ClusterClients
-from redlease.core.base import Owner
 from redlease.core.lease import Lease, LostCallback, run_callbacks
+from redlease.core.owner import Owner
 from redlease.errors import InvalidArgument
 
 logger = logging.getLogger("redlease")

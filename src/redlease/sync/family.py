@@ -4,9 +4,8 @@
 from __future__ import annotations
 
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from redlease.core.base import Owner
 from redlease.core.claims import SharedClaim
 from redlease.core.family import (
     MultiLease,
@@ -19,18 +18,17 @@ from redlease.core.hooks import ACQUIRED, ERROR, TIMEOUT
 from redlease.core.lease import Lease, ReleaseOutcome
 from redlease.core.multi import multi_acquire_flow
 from redlease.core.ops import RunScript
+from redlease.core.owner import Owner
 from redlease.core.protocol import call_flow, latch_wait_flow, release_flow
 from redlease.errors import InvalidArgument, LeaseLost, LockTimeout
 from redlease.keys import ttl_to_ms
 from redlease.scripts import ScriptName
 from redlease.sync._flavor import current_owner, fire
-from redlease.sync.lock import Lock
-
-if TYPE_CHECKING:
-    from redlease.sync.lock import Locks
+from redlease.sync.engine import Engine
+from redlease.sync.handle import Lock
 
 
-class ReadLock(ReadLockBase["Locks"], Lock):
+class ReadLock(ReadLockBase[Engine], Lock):
     """Readers share the lock; each reader's hold is a lease of its own."""
 
     def locked(self) -> bool:
@@ -39,24 +37,24 @@ class ReadLock(ReadLockBase["Locks"], Lock):
 
     def readers(self) -> int:
         """How many readers hold the lock now (expired ones do not count)."""
-        claim = SharedClaim(self.keys, "-", self.ttl_ms, "publish", "r")
-        return int(self.locks.drive(call_flow(claim.count_op(), self.keys, "inspect")))
+        claim = SharedClaim(self.keys, "-", self._ttl_ms, "publish", "r")
+        return int(self._locks._drive(call_flow(claim.count_op(), self.keys, "inspect")))
 
     def owned(self) -> bool:
         lease = self.lease
         if lease is None:
             return False
-        return self.locks.client.zscore(self.keys.holders, lease.token) is not None
+        return self._locks.client.zscore(self.keys.holders, lease.token) is not None
 
 
-class WriteLock(WriteLockBase["Locks"], Lock):
+class WriteLock(WriteLockBase[Engine], Lock):
     """One writer at a time, and no reader meanwhile."""
 
     def locked(self) -> bool:
-        return bool(self.locks.client.exists(self.keys.writer))
+        return bool(self._locks.client.exists(self.keys.writer))
 
     def owned(self) -> bool:
-        return self._is_ours(self.locks.client.get(self.keys.writer))
+        return self._is_ours(self._locks.client.get(self.keys.writer))
 
     def _release_by(self, owner: Owner) -> ReleaseOutcome:
         reader = self._downgraded_reader(owner)
@@ -71,7 +69,7 @@ class WriteLock(WriteLockBase["Locks"], Lock):
         The returned lease keeps the token and fence; release it through ``rw.read``.
         """
         lease, reader = self._begin_downgrade()
-        code = self.locks.drive(call_flow(reader.downgrade_op(), self.keys, "downgrade"))
+        code = self._locks._drive(call_flow(reader.downgrade_op(), self.keys, "downgrade"))
         read, callbacks = self._finish_downgrade(lease, reader, int(code))
         if read is None:
             fire(lease, callbacks)
@@ -82,25 +80,25 @@ class WriteLock(WriteLockBase["Locks"], Lock):
 class ReadWriteLock:
     """Many readers or one writer, writer-preferring: ``rw.read`` and ``rw.write``."""
 
-    def __init__(self, locks: Locks, name: str, **options: Any) -> None:
+    def __init__(self, locks: Engine, name: str, **options: Any) -> None:
         self.read = ReadLock(locks, name, **options)
         self.write = WriteLock(locks, name, **options)
-        self.write.reader = self.read
+        self.write._reader = self.read
         self.name = self.read.name
 
 
-class Semaphore(SemaphoreBase["Locks"]):
+class Semaphore(SemaphoreBase[Engine]):
     """``permits`` leased places: a crashed holder's permit returns when its lease ends."""
 
-    def current_owner_ident(self) -> Owner:
+    def _current_owner(self) -> Owner:
         return current_owner()
 
     def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> Lease:
         """Take a permit (its lease's token is the permit id) or raise :class:`LockTimeout`."""
         owner = self._owner()
-        publish = self.locks.publish_for(self)
+        publish = self._locks._publish_for(self)
         request = self._request(self._claim(owner, publish), blocking, timeout)
-        return self._settle(owner, self.locks.obtain(self, request), request, None)
+        return self._settle(owner, self._locks._obtain(self, request), request, None)
 
     def try_acquire(self) -> Lease | None:
         try:
@@ -111,12 +109,12 @@ class Semaphore(SemaphoreBase["Locks"]):
     def release(self, lease: Lease) -> ReleaseOutcome:
         """Give a permit back (handing it to the first waiter that fits)."""
         self._begin_release(lease)
-        return self.locks.give_back(self, lease)
+        return self._locks._give_back(self, lease)
 
     def available(self) -> int:
         """Permits free right now (expired holders' permits count as free)."""
-        claim = SharedClaim(self.keys, "-", self.ttl_ms, "publish", "r", self.permits)
-        return int(self.locks.drive(call_flow(claim.available_op(), self.keys, "inspect")))
+        claim = SharedClaim(self.keys, "-", self._ttl_ms, "publish", "r", self._permits)
+        return int(self._locks._drive(call_flow(claim.available_op(), self.keys, "inspect")))
 
     def __enter__(self) -> Lease:
         return self._push(self.acquire())
@@ -135,9 +133,9 @@ class Semaphore(SemaphoreBase["Locks"]):
 class CountDownLatch:
     """Wait until ``count`` events happened (``count_down`` calls), from any process."""
 
-    def __init__(self, locks: Locks, name: str) -> None:
-        self.locks = locks
-        self.keys = locks.keys(name)
+    def __init__(self, locks: Engine, name: str) -> None:
+        self._locks = locks
+        self.keys = locks._keys_for(name)
         self.name = self.keys.name
 
     def try_set_count(self, count: int, ttl: float | None = None) -> bool:
@@ -156,11 +154,11 @@ class CountDownLatch:
 
     def wait(self, timeout: float | None = None) -> bool:
         """True once the count is zero (or no count is set); False after ``timeout``."""
-        flow = latch_wait_flow(self._op("get"), self.keys.broadcast, timeout, self.locks.clock)
-        return bool(self.locks.drive(flow))
+        flow = latch_wait_flow(self._op("get"), self.keys.broadcast, timeout, self._locks._clock)
+        return bool(self._locks._drive(flow))
 
     def _op(self, operation: str, count: int = 0, ttl_ms: int = 0) -> RunScript:
-        publish = self.locks.commands_for(self.keys)
+        publish = self._locks._commands_for(self.keys)
         return RunScript(
             ScriptName.COUNTDOWN,
             (self.keys.count,),
@@ -170,10 +168,10 @@ class CountDownLatch:
 
     def _call(self, operation: str, count: int = 0, ttl_ms: int = 0) -> Any:
         op = self._op(operation, count, ttl_ms)
-        return self.locks.drive(call_flow(op, self.keys, operation))
+        return self._locks._drive(call_flow(op, self.keys, operation))
 
 
-class MultiLock(MultiLockBase["Locks"]):
+class MultiLock(MultiLockBase[Engine]):
     """Several locks taken all or none.
 
     On one server (or when all names share a cluster slot) the taking is one atomic step.
@@ -182,22 +180,22 @@ class MultiLock(MultiLockBase["Locks"]):
     for a moment.
     """
 
-    def current_owner_ident(self) -> Owner:
+    def _current_owner(self) -> Owner:
         return current_owner()
 
     def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> MultiLease:
         owner = self._owner()
-        publish = self.locks.publish_for(self)
+        publish = self._locks._publish_for(self)
         claims = self._claims(owner, publish)
         request = self._request(claims[0], blocking, timeout)
-        atomic = self.locks.atomic_for(self.all_keys)
-        flow = multi_acquire_flow(claims, atomic, request, self.locks.clock)
+        atomic = self._locks._atomic_for(self._all_keys)
+        flow = multi_acquire_flow(claims, atomic, request, self._locks._clock)
         try:
-            result = self.locks.drive(flow)
+            result = self._locks._drive(flow)
         except BaseException as exc:
             self._observe(request, ERROR, error=exc)
             for claim in claims:
-                self.locks.drive(release_flow(claim, withdraw=True))
+                self._locks._drive(release_flow(claim, withdraw=True))
             raise
         held = self._adopt_all(owner, claims, result)
         if held is None:
@@ -209,7 +207,7 @@ class MultiLock(MultiLockBase["Locks"]):
     def release(self) -> ReleaseOutcome:
         """Release every part; ``EXPIRED`` if any part had already ended."""
         held = self._begin_release()
-        outcomes = [self.locks.give_back(self, lease) for lease in held.leases]
+        outcomes = [self._locks._give_back(self, lease) for lease in held.leases]
         if ReleaseOutcome.EXPIRED in outcomes:
             return ReleaseOutcome.EXPIRED
         return ReleaseOutcome.RELEASED

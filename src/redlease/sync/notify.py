@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from redlease.compat import ResponseErrors
-from redlease.core.claims import Claim
+from redlease.core.ops import Claim
 from redlease.core.protocol import NETWORK_ERRORS, Clock, Handoff
 from redlease.core.subscriptions import PubSubCommands, classify, refusal
 from redlease.core.waiters import WaiterBook

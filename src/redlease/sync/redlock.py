@@ -1,10 +1,11 @@
 # Generated from redlease/aio/redlock.py by tools/unasync.py; edit that file instead.
 """Redlock over independent masters, sync flavour (the sync twin is generated).
 
-Each master is its own :class:`Locks` client; a round sends the same script to all
-of them at once and counts a majority within the validity time. One renewal worker per
-Redlock client renews every held lease on every master, and a lease that no longer has a
-majority is reported lost. Read ``docs/guarantees.md`` before relying on it.
+Each master is its own client (an :class:`~redlease.sync.engine.Engine`); a round
+sends the same script to all of them at once and counts a majority within the validity
+time. One renewal worker per Redlock client renews every held lease on every master, and a
+lease that no longer has a majority is reported lost. Read ``docs/guarantees.md`` before
+relying on it.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ from typing import Any
 from redis import Redis
 
 from redlease.compat import ResponseErrors
-from redlease.core.base import LocksBase, Owner, TokenFactory, random_token
-from redlease.core.claims import Claim
+from redlease.core.client_state import LocksBase
 from redlease.core.hooks import Hooks, combine
 from redlease.core.lease import PAST_DEADLINE, Lease, ReleaseOutcome, drift_ms
-from redlease.core.ops import RunScript
+from redlease.core.ops import Claim, RunScript
+from redlease.core.owner import Owner, TokenFactory, random_token
 from redlease.core.protocol import (
     RELEASED,
     TAKEN_OVER,
@@ -38,8 +39,9 @@ from redlease.errors import InvalidArgument, LeaseLost, LockTimeout, ServerUnava
 from redlease.keys import DEFAULT_PREFIX
 from redlease.scripts import ScriptName
 from redlease.sync._flavor import concurrently, current_owner, fire, sleep
+from redlease.sync.engine import Engine
 from redlease.sync.fanout import Fanout
-from redlease.sync.lock import LeaseHandle, Locks
+from redlease.sync.handle import LeaseHandle
 from redlease.sync.renewer import Renewer
 
 RETRY_DELAYS_S = (0.005, 0.05)
@@ -61,19 +63,19 @@ class Redlock(LocksBase):
         if isinstance(masters, (str, bytes)) or len(masters) < 1:
             raise InvalidArgument("Redlock needs a list of masters (3 or 5 is usual)")
         super().__init__(prefix=prefix, clock=clock, token_factory=token_factory)
-        self.masters = [
-            Locks(master, prefix=prefix, clock=clock, token_factory=token_factory)
+        self._masters = [
+            Engine(master, prefix=prefix, clock=clock, token_factory=token_factory)
             for master in masters
         ]
-        self.quorum = quorum(len(self.masters))
-        self.hooks = combine(hooks)
-        self.renewer = Renewer(self)
-        self._fanout = Fanout([master.scripts for master in self.masters])
+        self._quorum = quorum(len(self._masters))
+        self._hooks = combine(hooks)
+        self._renewer = Renewer(self)
+        self._fanout = Fanout([master._scripts for master in self._masters])
 
-    def after_fork(self) -> None:
-        super().after_fork()
-        self.renewer = Renewer(self)
-        self._fanout = Fanout([master.scripts for master in self.masters])
+    def _after_fork(self) -> None:
+        super()._after_fork()
+        self._renewer = Renewer(self)
+        self._fanout = Fanout([master._scripts for master in self._masters])
 
     def lock(
         self,
@@ -89,31 +91,31 @@ class Redlock(LocksBase):
             self, name, ttl=ttl, renew=renew, timeout=timeout, blocking=blocking, owner=owner
         )
 
-    def adopt(self, lease: Lease, role: str | None) -> bool:
-        if super().adopt(lease, role) or not self.renewer.running():
-            self.renewer.wake()
+    def _adopt(self, lease: Lease, role: str | None) -> bool:
+        if super()._adopt(lease, role) or not self._renewer.running():
+            self._renewer.wake()
             return True
         return False
 
-    def reschedule(self, lease: Lease, sent_at: float) -> bool:
-        if super().reschedule(lease, sent_at):
-            self.renewer.wake()
+    def _reschedule(self, lease: Lease, sent_at: float) -> bool:
+        if super()._reschedule(lease, sent_at):
+            self._renewer.wake()
             return True
         return False
 
-    def each(self, flow: Callable[[], Flow], only: Sequence[int] | None = None) -> list[Any]:
+    def _each(self, flow: Callable[[], Flow], only: Sequence[int] | None = None) -> list[Any]:
         """Run a fresh copy of ``flow`` on every master at once (or the masters at the
         indexes ``only``); their replies or exceptions, in that order."""
-        masters = self.masters if only is None else [self.masters[index] for index in only]
+        masters = self._masters if only is None else [self._masters[index] for index in only]
         if not masters:
             return []
         return concurrently([_on(master, flow) for master in masters])
 
-    def everywhere(self, op: RunScript, only: Sequence[int] | None = None) -> list[Any]:
+    def _everywhere(self, op: RunScript, only: Sequence[int] | None = None) -> list[Any]:
         """One script on every master (or those at ``only``) in one round trip from this
         thread: each reply, or the error that stands for it (a refusal as ServerRefused)."""
-        indexes = range(len(self.masters)) if only is None else only
-        masters = [self.masters[index] for index in indexes]
+        indexes = range(len(self._masters)) if only is None else only
+        masters = [self._masters[index] for index in indexes]
         for master in masters:
             master._on_this_loop()
         replies = self._fanout.run(op, indexes)
@@ -121,9 +123,9 @@ class Redlock(LocksBase):
             refused(op, reply) if isinstance(reply, ResponseErrors) else reply for reply in replies
         ]
 
-    def renew_batch(self, due: list[Lease]) -> list[bool | None]:
+    def _renew_batch(self, due: list[Lease]) -> list[bool | None]:
         """Renew on every master; a lease is kept while a majority still holds it."""
-        per_master = concurrently([_renewing(master, due) for master in self.masters])
+        per_master = concurrently([_renewing(master, due) for master in self._masters])
         answers: list[list[bool | None]] = [
             result if isinstance(result, list) else [None] * len(due) for result in per_master
         ]
@@ -131,10 +133,10 @@ class Redlock(LocksBase):
 
     def close(self) -> None:
         """Stop the renewal worker and close every master's client; no new lease after."""
-        self.closed = True
-        self.renewer.stop()
+        self._closed = True
+        self._renewer.stop()
         self._fanout.close()
-        for master in self.masters:
+        for master in self._masters:
             master.close()
 
     def __enter__(self) -> Redlock:
@@ -149,16 +151,16 @@ class Redlock(LocksBase):
         self.close()
 
 
-def _on(master: Locks, flow: Callable[[], Flow]) -> Callable[[], Any]:
+def _on(master: Engine, flow: Callable[[], Flow]) -> Callable[[], Any]:
     def run() -> Any:
-        return master.drive(flow())
+        return master._drive(flow())
 
     return run
 
 
-def _renewing(master: Locks, due: list[Lease]) -> Callable[[], Any]:
+def _renewing(master: Engine, due: list[Lease]) -> Callable[[], Any]:
     def run() -> Any:
-        return master.renew_batch(due)
+        return master._renew_batch(due)
 
     return run
 
@@ -175,29 +177,29 @@ class RedlockLock(LeaseHandle[Redlock]):
     its data (a restart without persistence), which Redlock cannot see.
     """
 
-    role_suffix = "#redlock"
-    kind = "redlock"
+    _role_suffix = "#redlock"
+    _kind = "redlock"
 
-    def current_owner_ident(self) -> Owner:
+    def _current_owner(self) -> Owner:
         return current_owner()
 
     def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> Lease:
-        self.locks.refuse_if_closed()
+        self._locks._refuse_if_closed()
         owner, held, request = self._plan_acquire(blocking, timeout, "publish")
         if held is not None:
             return held
         assert request is not None
-        claim, clock = request.claim, self.locks.clock
+        claim, clock = request.claim, self._locks._clock
         deadline = None if request.timeout is None else clock() + request.timeout
         delay = RETRY_DELAYS_S[0]
         while True:
             grant, tally = self._round(claim)
             if grant is not None:
-                return self._settle(owner, grant, request, self.role)
-            if tally.reachable < self.locks.quorum:
+                return self._settle(owner, grant, request, self._role)
+            if tally.reachable < self._locks._quorum:
                 raise ServerUnavailable(
                     f"could not acquire lock {self.name!r}: only {tally.reachable} of "
-                    f"{tally.masters} masters answered, Redlock needs {self.locks.quorum}"
+                    f"{tally.masters} masters answered, Redlock needs {self._locks._quorum}"
                 )
             remaining = None if deadline is None else deadline - clock()
             if not request.blocking or (remaining is not None and remaining <= 0):
@@ -205,7 +207,7 @@ class RedlockLock(LeaseHandle[Redlock]):
             pause = random.uniform(RETRY_DELAYS_S[0], delay)
             sleep(pause if remaining is None else min(pause, remaining))
             delay = min(delay * 2, RETRY_DELAYS_S[1])
-            claim = self._claim(self.locks.new_token(owner), "publish")
+            claim = self._claim(self._locks._new_token(owner), "publish")
 
     def _round(self, claim: Claim) -> tuple[Grant | None, Tally]:
         """One round on every master: the grant, once a majority granted it in time and a
@@ -214,19 +216,19 @@ class RedlockLock(LeaseHandle[Redlock]):
         A failed round's token is never used again (the next round draws a new one), so
         nothing a failed round left behind can answer for a later lease.
         """
-        started = self.locks.clock()
-        tally = tally_acquire(self.locks.everywhere(claim.acquire_op("0")))
-        if tally.granted((self.locks.clock() - started) * 1000, self.ttl_ms):
+        started = self._locks._clock()
+        tally = tally_acquire(self._locks._everywhere(claim.acquire_op("0")))
+        if tally.granted((self._locks._clock() - started) * 1000, self._ttl_ms):
             fence = max(tally.fences)
             behind = tally.behind()
             floor = RunScript(ScriptName.FENCE_FLOOR, (self.keys.fence,), (fence,))
-            raised = self.locks.everywhere(floor, behind) if behind else []
+            raised = self._locks._everywhere(floor, behind) if behind else []
             grant = Grant(claim, fence, started)
-            if tally.confirmed(dict(zip(behind, raised, strict=True))) >= self.locks.quorum and (
-                alive(grant, self.locks.clock())
+            if tally.confirmed(dict(zip(behind, raised, strict=True))) >= self._locks._quorum and (
+                alive(grant, self._locks._clock())
             ):
                 return grant, tally
-        self.locks.everywhere(claim.release_op(withdraw=False, latch=False))
+        self._locks._everywhere(claim.release_op(withdraw=False, latch=False))
         return None, tally
 
     def release(self) -> ReleaseOutcome:
@@ -235,14 +237,14 @@ class RedlockLock(LeaseHandle[Redlock]):
         if lease is None:
             return ReleaseOutcome.STILL_HELD
         if lease.lost:  # past its deadline: tell the holder now, not when the replies come
-            fire(lease, lease.mark_lost(PAST_DEADLINE))
-        replies = self.locks.everywhere(lease.claim.release_op(withdraw=False))
+            fire(lease, lease._mark_lost(PAST_DEADLINE))
+        replies = self._locks._everywhere(lease._claim.release_op(withdraw=False))
         lost = [index for index, reply in enumerate(replies) if isinstance(reply, Exception)]
-        again = self.locks.each(lambda: release_flow(lease.claim), lost)
+        again = self._locks._each(lambda: release_flow(lease._claim), lost)
         for index, reply in zip(lost, again, strict=True):
             replies[index] = reply  # a lost reply: the release (and its latch) answer again
         released = sum(1 for code in replies if isinstance(code, int) and code >= RELEASED)
-        code = RELEASED if released >= self.locks.quorum else TAKEN_OVER
+        code = RELEASED if released >= self._locks._quorum else TAKEN_OVER
         outcome, callbacks = self._finish_release(lease, code)
         fire(lease, callbacks)
         return outcome
@@ -250,18 +252,18 @@ class RedlockLock(LeaseHandle[Redlock]):
     def extend(self, ttl: float | None = None) -> Lease:
         """Extend on every master; kept only if a majority extended it in time."""
         lease, ttl_ms = self._begin_extend(ttl)
-        clock = self.locks.clock
+        clock = self._locks._clock
         started = clock()
         renew = RunScript(
             ScriptName.RENEW,
-            (lease.claim.renew_key,),
-            (lease.claim.renew_kind, lease.token, ttl_ms),
+            (lease._claim.renew_key,),
+            (lease._claim.renew_kind, lease.token, ttl_ms),
         )
-        replies = self.locks.everywhere(renew)
+        replies = self._locks._everywhere(renew)
         kept = sum(1 for reply in replies if isinstance(reply, list) and int(reply[0]) == 1)
         in_time = (clock() - started) * 1000 < ttl_ms - drift_ms(ttl_ms)
-        result = (kept >= self.locks.quorum and in_time, started)
-        callbacks = self._finish_extend(lease, ttl_ms, result, self.role)
+        result = (kept >= self._locks._quorum and in_time, started)
+        callbacks = self._finish_extend(lease, ttl_ms, result, self._role)
         if callbacks is not None:
             fire(lease, callbacks)
             raise LeaseLost(self.name, lease.lost_reason or "lost")

@@ -4,14 +4,10 @@
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
 
 from redlease.core.lease import Lease
+from redlease.core.renewal import RenewalHost
 from redlease.sync._flavor import Bounded, Wakeup, Worker, fire
-
-if TYPE_CHECKING:
-    from redlease.sync.lock import Locks
-    from redlease.sync.redlock import Redlock
 
 
 class Renewer:
@@ -21,7 +17,7 @@ class Renewer:
     so a lease whose renewal cannot be confirmed is reported lost on time.
     """
 
-    def __init__(self, locks: Locks | Redlock) -> None:
+    def __init__(self, locks: RenewalHost[list[bool | None]]) -> None:
         self._locks = locks
         self._wakeup = Wakeup()
         self._worker: Worker | None = None
@@ -49,7 +45,7 @@ class Renewer:
         self._stopping = False
 
     def _run(self) -> None:
-        schedule, clock = self._locks.renewals, self._locks.clock
+        schedule, clock = self._locks._renewals, self._locks._clock
         while not self._stopping:
             for lease, callbacks in schedule.expire(clock()):
                 fire(lease, callbacks)
@@ -66,11 +62,11 @@ class Renewer:
             lost = schedule.settle(due, answers, sent_at, clock())
             for lease, callbacks in lost:
                 fire(lease, callbacks)
-            self._locks.hooks.renewed(sum(1 for answer in answers if answer), len(lost))
+            self._locks._hooks.renewed(sum(1 for answer in answers if answer), len(lost))
 
     def _renew(self, due: list[Lease], timeout: float) -> list[bool | None]:
         """One round's answers; no answer at all when it could not end within ``timeout``."""
         try:
-            return self._rounds.run(lambda: self._locks.renew_batch(due), timeout)
+            return self._rounds.run(lambda: self._locks._renew_batch(due), timeout)
         except TimeoutError:
             return [None] * len(due)

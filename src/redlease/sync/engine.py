@@ -1,0 +1,373 @@
+# Generated from redlease/aio/engine.py by tools/unasync.py; edit that file instead.
+"""The client plumbing of the sync flavour: what every primitive calls on its client.
+
+:class:`Engine` drives the core's flows over one connection pool and one pub/sub
+notifier, keeps the renewal worker, follows the event loop, probes what the server offers and
+gives back what an interruption left behind. The primitives (:mod:`redlease.sync.handle`,
+:mod:`redlease.sync.family`) are typed against it; :class:`~redlease.sync.lock.Locks`
+adds the factory methods a user calls.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from contextlib import suppress
+from typing import Any
+
+from redis import Redis
+from redis.cluster import RedisCluster
+
+from redlease.compat import ResponseErrors, check_client
+from redlease.core.base import LeasedBase
+from redlease.core.client_state import LocksBase
+from redlease.core.hooks import ERROR, Hooks, combine
+from redlease.core.lease import PAST_DEADLINE, Lease, ReleaseOutcome
+from redlease.core.multi import one_slot
+from redlease.core.ops import Claim
+from redlease.core.owner import TokenFactory, random_token
+from redlease.core.protocol import (
+    NETWORK_ERRORS,
+    AcquireRequest,
+    Clock,
+    Flow,
+    Grant,
+    acquire_flow,
+    give_back,
+    release_flow,
+    unavailable,
+)
+from redlease.core.renewal import renewal_answers, renewal_calls
+from redlease.core.replication import ReplicaAcks, ReplicaShortfall
+from redlease.core.subscriptions import PubSubCommands, has_sharded_pubsub, is_denied
+from redlease.errors import InvalidArgument, LockError, NotReplicated, ServerUnavailable
+from redlease.keys import DEFAULT_PREFIX, LockKeys, ttl_to_ms
+from redlease.sync._flavor import (
+    ASYNCIO,
+    INTERRUPTIONS,
+    Worker,
+    current_loop,
+    fire,
+    forget_connections,
+    loop_is_over,
+    master_moved,
+    shielded,
+    sleep,
+)
+from redlease.sync.driver import run_flow
+from redlease.sync.notify import Notifier
+from redlease.sync.renewer import Renewer
+from redlease.sync.scripts import Scripts
+
+LATE_COMMAND_S = 0.2
+"""How long a command sent just before an interruption may still take to run."""
+logger = logging.getLogger("redlease")
+
+
+class Engine(LocksBase):
+    """One client's connections, workers and the operations the primitives run on them."""
+
+    def __init__(
+        self,
+        client: Redis | RedisCluster | str,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        cluster: bool = False,
+        sharded_pubsub: bool | None = None,
+        replicas: int = 0,
+        replica_timeout: float = 1.0,
+        replica_aof: bool = False,
+        hooks: Hooks | Iterable[Hooks] | None = None,
+        clock: Clock = time.monotonic,
+        token_factory: TokenFactory = random_token,
+    ) -> None:
+        super().__init__(prefix=prefix, clock=clock, token_factory=token_factory)
+        self._owns_client = isinstance(client, str)
+        self._url = client if isinstance(client, str) else None
+        self.client: Any = _client(client, cluster)
+        self._scripts = Scripts(self.client)
+        self._notifier = Notifier(self.client, self._commands, clock, self._give_back_stray)
+        self._renewer = Renewer(self)
+        self._hooks = combine(hooks)
+        self._watching = False
+        self._ready_publish: str | None = None
+        """The publish command once :meth:`_commands` has run: later acquires skip the call."""
+        self._finishing: set[Worker] = set()
+        """Interrupted releases being sent again (kept here so that they run to the end)."""
+        self._loop: Any = None
+        """The event loop this client works on (moved when that loop is over)."""
+        if sharded_pubsub is not None:
+            self._pubsub_commands = PubSubCommands(sharded_pubsub)
+        self._replica_template = ReplicaAcks(
+            1, ttl_to_ms(replica_timeout, "replica_timeout", 1), replica_aof
+        )
+        if replicas:
+            self._acks = self._replica_acks(replicas)
+
+    def _after_fork(self) -> None:
+        super()._after_fork()
+        self._scripts = Scripts(self.client)
+        self._notifier = Notifier(self.client, self._commands, self._clock, self._give_back_stray)
+        self._renewer = Renewer(self)
+        self._watching = False
+        self._ready_publish = None
+        self._finishing = set()
+
+    def _on_this_loop(self) -> None:
+        """Work on the running event loop: move here when the previous loop is over.
+
+        Moving drops the connections and workers of the old loop, and gives back, as lost,
+        every lease still held there (its tasks are gone), so no lock stays held for its
+        TTL by a request that can never release it. A loop still running elsewhere keeps
+        the client: one client serves one loop at a time.
+        """
+        loop = current_loop()
+        if loop is self._loop:
+            return
+        previous, self._loop = self._loop, loop
+        if previous is None:
+            return
+        if not loop_is_over(previous):
+            self._loop = previous
+            raise InvalidArgument(
+                "this Locks works on another event loop that is still running; "
+                "make one Locks and share it between threads (or use the sync Locks from threads)"
+            )
+        orphans = self._renewals.leases()
+        forget_connections(self.client)
+        self._after_fork()
+        for lease in orphans:
+            with suppress(LockError, *NETWORK_ERRORS, ReplicaShortfall):
+                self._drive(give_back(lease._claim))
+            fire(lease, lease._mark_lost("the event loop that held it is gone"))
+
+    def _adopt(self, lease: Lease, role: str | None) -> bool:
+        if super()._adopt(lease, role) or not self._renewer.running():
+            self._renewer.wake()
+            return True
+        return False
+
+    def _reschedule(self, lease: Lease, sent_at: float) -> bool:
+        if super()._reschedule(lease, sent_at):
+            self._renewer.wake()
+            return True
+        return False
+
+    def _renew_batch(self, due: list[Lease]) -> list[bool | None]:
+        """Renew due leases in one pipelined round trip; one answer per lease.
+
+        With a Sentinel-managed client the sentinels are asked first whether the master
+        moved; if so, idle connections and the wake-up links go to the new master.
+        """
+        try:
+            if master_moved(self.client):
+                self._notifier.reset()
+        except NETWORK_ERRORS:
+            logger.debug("could not ask the sentinels where the master is")
+        batches = renewal_calls(due, per_slot=self._scripts.cluster)
+        try:
+            replies = self._scripts.run_many([call for _, call in batches])
+        except NETWORK_ERRORS as exc:
+            replies = [exc] * len(batches)
+        return renewal_answers(due, batches, replies)
+
+    def _commands(self) -> PubSubCommands:
+        """Which pub/sub commands this server has; asked once per client."""
+        self._refuse_if_closed()
+        self._on_this_loop()
+        if not self._watching:
+            self._follow_a_cluster()
+            self._notifier.watch_master()
+            self._warn_if_evicting()
+            self._watching = True
+        if self._pubsub_commands is None:
+            try:
+                self.client.spublish(f"{self.prefix}:{{probe}}:wake", "")
+            except ResponseErrors as exc:
+                sharded = is_denied(exc) and self._server_has_sharded_pubsub()
+                self._pubsub_commands = PubSubCommands(sharded=sharded)
+            else:
+                self._pubsub_commands = PubSubCommands(sharded=True)
+        self._ready_publish = self._pubsub_commands.publish
+        return self._pubsub_commands
+
+    def _follow_a_cluster(self) -> None:
+        """A plain client on a Redis Cluster node would meet MOVED on most names: from a
+        URL, switch to a cluster client; given a plain client, say what to pass instead."""
+        if self._scripts.cluster:
+            return
+        try:
+            info = self.client.info("cluster")
+        except ResponseErrors:  # INFO forbidden by an ACL: the first MOVED will tell
+            return
+        if str(info.get("cluster_enabled", "0")) != "1":
+            return
+        if self._url is None:
+            raise InvalidArgument(
+                "the server is a node of a Redis Cluster: give Locks a RedisCluster "
+                "client, or its URL with cluster=True"
+            )
+        self.client.close()
+        self.client = _client(self._url, cluster=True)
+        self._scripts = Scripts(self.client)
+        self._notifier = Notifier(self.client, self._commands, self._clock, self._give_back_stray)
+
+    def _server_has_sharded_pubsub(self) -> bool:
+        """The probe was denied (an ACL), which says nothing about the server: ask its
+        version (sharded pub/sub came with Redis 7.0; every Valkey has it)."""
+        try:
+            info = self.client.info("server")
+        except (*ResponseErrors, *NETWORK_ERRORS):
+            return False
+        return has_sharded_pubsub(info)
+
+    def _warn_if_evicting(self) -> None:
+        """Say once if the server may evict keys: a lock evicted under memory pressure is
+        simply gone, and another client takes it."""
+        try:
+            config = self.client.config_get("maxmemory*")
+        except ResponseErrors:  # CONFIG is often forbidden (ACL, managed services)
+            return
+        policy = str(config.get("maxmemory-policy", "noeviction"))
+        if str(config.get("maxmemory", "0")) != "0" and policy != "noeviction":
+            logger.warning(
+                "the server evicts keys under memory pressure (maxmemory-policy %s): a lock "
+                "can vanish while held; use noeviction on servers that keep locks",
+                policy,
+            )
+
+    def _publish_for(self, primitive: LeasedBase[Any]) -> str:
+        """:meth:`_commands_for` a primitive about to acquire: a failure is reported to the
+        hooks as that acquisition's error (it happened before the acquisition began)."""
+        try:
+            return self._commands_for(primitive.keys)
+        except LockError as exc:
+            primitive._report_failure(exc)
+            raise
+
+    def _commands_for(self, keys: LockKeys) -> str:
+        """The publish command, or :class:`ServerUnavailable` naming the lock."""
+        try:
+            return (self._commands()).publish
+        except NETWORK_ERRORS as exc:
+            raise unavailable(keys, "use", exc) from exc
+
+    def _atomic_for(self, keys: Sequence[LockKeys]) -> bool:
+        """Whether one script may take these locks at once: one server, or one cluster slot."""
+        return not self._scripts.cluster or one_slot(keys)
+
+    def _obtain(self, owner: LeasedBase[Any], request: AcquireRequest) -> Grant | None:
+        """Run an acquisition; an interrupted one gives back whatever it may have got."""
+        try:
+            return self._obtain_grant(request)
+        except BaseException as exc:
+            owner._observe(request, ERROR, error=exc)
+            raise
+
+    def _obtain_grant(self, request: AcquireRequest) -> Grant | None:
+        try:
+            grant: Grant | None = self._drive(acquire_flow(request, self._clock))
+        except (*INTERRUPTIONS, ServerUnavailable):
+            self._abandon(request.claim)
+            raise
+        except ReplicaShortfall as short:
+            self._abandon(request.claim)
+            raise NotReplicated(
+                f"lock {request.claim.keys.name!r} reached {short.confirmed} of {short.wanted} "
+                "replicas in time; the acquisition was rolled back"
+            ) from None
+        return grant
+
+    def _give_back(self, owner: LeasedBase[Any], lease: Lease) -> ReleaseOutcome:
+        """Release a lease already taken off the books, and report how it ended.
+
+        The release runs inline (an asyncio shield would cost a task and two more loop turns
+        on every release). Only an interrupted release (a cancellation, Ctrl-C) pays more: it
+        is sent again in the background while the interruption goes on to the caller, and the
+        release latch gives the retry the same answer if the first attempt landed.
+        """
+        if lease.lost:  # past its deadline: tell the holder now, not when the reply comes
+            fire(lease, lease._mark_lost(PAST_DEADLINE))
+        try:
+            code = self._drive(release_flow(lease._claim))
+        except INTERRUPTIONS:
+            self._finish_in_background(lease._claim)
+            raise
+        except ReplicaShortfall as short:
+            logger.warning("release of %r: %s", lease.name, short)
+            code = int(short.reply)
+        outcome, callbacks = owner._finish_release(lease, code)
+        if callbacks:
+            fire(lease, callbacks)
+        return outcome
+
+    def _finish_in_background(self, claim: Claim, *, withdraw: bool = False) -> None:
+        """Send an interrupted release (or withdrawal) again from a worker of its own."""
+        self._finishing = {worker for worker in self._finishing if worker.alive()}
+        self._finishing.add(
+            Worker(lambda: self._release_again(claim, withdraw), "redlease-release")
+        )
+
+    def _release_again(self, claim: Claim, withdraw: bool) -> None:
+        try:
+            if withdraw:
+                sleep(LATE_COMMAND_S)
+            self._drive(release_flow(claim, withdraw=withdraw))
+        except (Exception, ReplicaShortfall):
+            logger.debug("could not finish an interrupted release of %r", claim.keys.name)
+
+    def _give_back_stray(self, claim: Claim) -> None:
+        """A hand-off reached a waiter that had already given up: give the lease back."""
+        self._finishing = {worker for worker in self._finishing if worker.alive()}
+        self._finishing.add(Worker(lambda: self._return_stray(claim), "redlease-stray"))
+
+    def _return_stray(self, claim: Claim) -> None:
+        """After a moment (a waiter that took the lease by its own retry is on the books by
+        then), give back the stray hand-off, unless that lease is held after all."""
+        sleep(LATE_COMMAND_S)
+        if any(lease.token == claim.token for lease in self._renewals.leases()):
+            return
+        try:
+            self._drive(give_back(claim))
+        except (Exception, ReplicaShortfall):
+            logger.debug("could not give back a stray hand-off of %r", claim.keys.name)
+
+    def _abandon(self, claim: Claim) -> None:
+        """An interrupted acquire may have been granted or queued: undo both, best effort.
+
+        The attempt that was cut short may still be on its way on the connection the
+        interruption closed, and run after this withdrawal: a second one follows shortly.
+        """
+        self._finish_in_background(claim.without_acks(), withdraw=True)
+        try:
+            flow = release_flow(claim.without_acks(), withdraw=True, attempts=1)
+            shielded(self._drive(flow))
+        except (Exception, ReplicaShortfall):
+            logger.debug("could not give back an interrupted grant of %r", claim.keys.name)
+
+    def _drive(self, flow: Flow) -> Any:
+        """Carry out a flow on this client's connections, on the running event loop."""
+        self._on_this_loop()
+        return run_flow(flow, self._scripts, self._notifier)
+
+    def close(self) -> None:
+        """Stop the workers (held leases are no longer renewed) and close an owned client.
+
+        A closed client takes no new lease (``InvalidArgument``); leases it still holds can
+        be released.
+        """
+        self._on_this_loop()
+        self._closed = True
+        self._ready_publish = None
+        self._renewer.stop()
+        self._notifier.close()
+        if self._owns_client:
+            self.client.close()
+
+
+def _client(client: Redis | RedisCluster | str, cluster: bool) -> Redis | RedisCluster:
+    if not isinstance(client, str):
+        check_client(client, asyncio=ASYNCIO)
+        return client
+    return RedisCluster.from_url(client) if cluster else Redis.from_url(client)

@@ -1,0 +1,136 @@
+# Generated from redlease/aio/handle.py by tools/unasync.py; edit that file instead.
+"""The lock handles of the sync flavour: the reentrant lock and the fair lock."""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+from redlease.core.base import LockBase
+from redlease.core.client_state import LocksT
+from redlease.core.lease import Lease, ReleaseOutcome
+from redlease.core.owner import Owner
+from redlease.core.protocol import NETWORK_ERRORS, extend_flow, unavailable
+from redlease.errors import LeaseLost, LockTimeout
+from redlease.sync._flavor import current_owner, fire
+from redlease.sync.engine import Engine
+
+
+class LeaseHandle(LockBase[LocksT]):
+    """What every reentrant lock handle does the same way on top of its own acquire and
+    release: one try, and the ``with`` block that never runs its body unlocked."""
+
+    def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> Lease:
+        raise NotImplementedError
+
+    def release(self) -> ReleaseOutcome:
+        raise NotImplementedError
+
+    def try_acquire(self) -> Lease | None:
+        """One attempt: the lease, or ``None`` when another owner holds the lock."""
+        try:
+            return self.acquire(blocking=False)
+        except LockTimeout:
+            return None
+
+    def __enter__(self) -> Lease:
+        return self.acquire()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        owner = self._owner()
+        lease = self._locks._held(self._role, owner)
+        outcome = self._release_by(owner)
+        self._lost_at_exit(lease, outcome, body_failed=exc_type is not None)
+
+    def _release_by(self, owner: Owner) -> ReleaseOutcome:
+        """:meth:`release` for the owner the caller already looked up (the block's exit)."""
+        return self.release()
+
+
+class Lock(LeaseHandle[Engine]):
+    """A reentrant lease lock on one name.
+
+    ``ttl`` is the lease length in seconds (millisecond precision). Without it the lease
+    is 30 s and renewed by the client's renewal worker while held; with it the lease
+    ends after ``ttl`` unless ``renew=True``. ``timeout`` is how long ``acquire`` and
+    ``with`` wait by default: ``-1`` (or ``None``) as long as it takes, ``0`` one try.
+    The owner, for reentrancy and release, is the current thread unless ``owner`` is given.
+    Waiters queue; a release hands the lock straight to the first live one, though a
+    newcomer may take a lock it finds free (see :class:`FairLock` for strict order).
+    """
+
+    def _current_owner(self) -> Owner:
+        return current_owner()
+
+    def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> Lease:
+        """Take the lock or raise :class:`LockTimeout` (also a ``TimeoutError``).
+
+        ``timeout=None`` uses the lock's default, a negative one waits as long as it takes,
+        ``0`` (or ``blocking=False``) tries once. Reentering a held lock only counts.
+        """
+        publish = self._locks._ready_publish
+        if publish is None:
+            publish = self._commands()
+        owner, held, request = self._plan_acquire(blocking, timeout, publish)
+        if held is not None:
+            return held
+        assert request is not None
+        return self._settle(owner, self._locks._obtain(self, request), request, self._role)
+
+    def release(self) -> ReleaseOutcome:
+        """Release (or count down a reentrant hold). Raises :class:`NotOwned` if not held.
+
+        ``ReleaseOutcome.EXPIRED`` means the lease had already ended; the lease is then
+        marked lost and its ``on_lost`` callbacks have run.
+        """
+        return self._release_by(self._owner())
+
+    def _release_by(self, owner: Owner) -> ReleaseOutcome:
+        lease = self._begin_release(owner)
+        if lease is None:
+            return ReleaseOutcome.STILL_HELD
+        return self._locks._give_back(self, lease)
+
+    def extend(self, ttl: float | None = None) -> Lease:
+        """Set the held lease's remaining time to ``ttl`` (default: its TTL) from now."""
+        lease, ttl_ms = self._begin_extend(ttl)
+        result = self._locks._drive(extend_flow(lease._claim, ttl_ms, self._locks._clock))
+        callbacks = self._finish_extend(lease, ttl_ms, result, self._role)
+        if callbacks is not None:
+            fire(lease, callbacks)
+            raise LeaseLost(self.name, lease.lost_reason or "lost")
+        return lease
+
+    def locked(self) -> bool:
+        """Whether anyone holds the lock right now."""
+        self._locks._on_this_loop()
+        try:
+            return bool(self._locks.client.exists(self.keys.lease))
+        except NETWORK_ERRORS as exc:
+            raise unavailable(self.keys, "inspect", exc) from exc
+
+    def owned(self) -> bool:
+        """Whether the current owner holds the lock, as the server sees it."""
+        self._locks._on_this_loop()
+        try:
+            return self._is_ours(self._locks.client.get(self.keys.lease))
+        except NETWORK_ERRORS as exc:
+            raise unavailable(self.keys, "inspect", exc) from exc
+
+    def _commands(self) -> str:
+        return self._locks._publish_for(self)
+
+
+class FairLock(Lock):
+    """A lock served strictly in arrival order: a free lock goes to the first live waiter.
+
+    A waiter that gave up or was cancelled leaves the queue, and one that died has no
+    connection left: it is skipped (and its entry removed) the moment the lock would reach it.
+    """
+
+    _fair = True
+    _kind = "fair"
