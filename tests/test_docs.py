@@ -6,9 +6,12 @@ fresh interpreter (``__name__ == "__main__"``), compiled under the Markdown file
 path and line numbers, so a failure's traceback points at the line of the Markdown file.
 New pages are picked up by themselves.
 
-**Which server.** The block runs against the test session's server (the ``redlease_url``
-fixture: a private server, emptied before each test, or ``REDIS_URL``). Examples address
-Redis the way users do, so before a block runs, and without changing its line numbers:
+**Which server.** The block runs against a server emptied before it, as a reader's fresh
+Redis would be: the test session's private server, or, when ``REDIS_URL`` names a shared
+one, a private server started for the pages (the pages name fixed keys such as
+``stock:{sale-42}``; on a server that is never emptied, what one run left, a fenced write's
+newest token for one, would refuse the next run's). Examples address Redis the way users do,
+so before a block runs, and without changing its line numbers:
 
 * every ``redis://…`` URL in it becomes the test server's URL;
 * every call ``Redis(…)`` (``redis.Redis()``, ``redis.asyncio.Redis(decode_responses=True)``)
@@ -52,6 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import redis
 
 ROOT = Path(__file__).resolve().parent.parent
 BLOCK_TIMEOUT_S = 90
@@ -313,9 +317,28 @@ def collect() -> list[Block]:
 BLOCKS = collect()
 
 
+@pytest.fixture(scope="session")
+def pages_server(request: pytest.FixtureRequest) -> str | None:
+    """A private server for the pages when the session's server is a shared one."""
+    if request.getfixturevalue("redlease_server").started:
+        return None
+    factory = request.getfixturevalue("redlease_servers_factory")
+    return str(factory(1)[0].url)
+
+
+@pytest.fixture
+def pages_url(pages_server: str | None, request: pytest.FixtureRequest) -> str:
+    """The URL a block runs against, emptied first."""
+    if pages_server is None:
+        return str(request.getfixturevalue("redlease_url"))
+    with redis.Redis.from_url(pages_server) as client:
+        client.flushall()
+    return pages_server
+
+
 @pytest.mark.parametrize("block", BLOCKS, ids=[block.name for block in BLOCKS])
 def test_block_runs(
-    block: Block, redlease_url: str, tmp_path: Path, request: pytest.FixtureRequest
+    block: Block, pages_url: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     if block.skip:
         pytest.skip(f"{block.name}: {block.skip}")
@@ -323,10 +346,10 @@ def test_block_runs(
         if importlib.util.find_spec(module) is None:
             pytest.skip(f"{block.name} needs {module}, which is not installed")
     if block.pytest:
-        done = run_as_test_module(block, redlease_url, tmp_path)
+        done = run_as_test_module(block, pages_url, tmp_path)
     else:
         pieces = pieces_of(block)
-        done = run_pieces(pieces, redlease_url, tmp_path, own_servers(block, pieces, request))
+        done = run_pieces(pieces, pages_url, tmp_path, own_servers(block, pieces, request))
     if done.returncode != 0:
         pytest.fail(
             f"the Python block at {block.name} failed (exit {done.returncode}):\n"
