@@ -15,13 +15,16 @@ class LockError(Exception):
 class LockTimeout(LockError, TimeoutError):
     """The lock could not be had within the allowed time (or at once, when not blocking)."""
 
-    def __init__(self, name: str, timeout: float | None) -> None:
+    def __init__(self, name: str, timeout: float | None, reason: str | None = None) -> None:
         self.name = name
         self.timeout = timeout
-        if timeout is None or timeout == 0:
-            detail = "it is held by another owner"
-        else:
+        waited = timeout is not None and timeout != 0
+        if reason is not None:
+            detail = f"{reason} (after {timeout:g} s)" if waited else reason
+        elif waited:
             detail = f"still held by another owner after {timeout:g} s"
+        else:
+            detail = "it is held by another owner"
         super().__init__(f"could not acquire lock {name!r}: {detail}")
 
 

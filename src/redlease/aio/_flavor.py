@@ -11,10 +11,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from redlease.compat import AsyncClusterClients, library_of
 from redlease.core.lease import Lease, LostCallback, run_callbacks
 from redlease.core.owner import Owner
+from redlease.core.redlock import straggler_deadline
 from redlease.errors import InvalidArgument, LockError
 
 logger = logging.getLogger("redlease")
@@ -123,6 +125,66 @@ class Bounded:
 async def concurrently(calls: Sequence[Callable[[], Awaitable[T]]]) -> list[T | BaseException]:
     """Run every call at once (tasks); each result, or the exception it raised."""
     return list(await asyncio.gather(*(call() for call in calls), return_exceptions=True))
+
+
+async def open_connections(pools: Sequence[Any], enough: int, within: float) -> list[object]:
+    """A new connection to each pool's server (or the error met opening it), all opened at
+    once and waited for as :func:`read_replies` waits for replies. The connections are the
+    caller's, outside the pools."""
+    return await _first_results([_open(pool) for pool in pools], enough, within)
+
+
+async def read_replies(connections: Sequence[Any], enough: int, within: float) -> list[object]:
+    """The next reply on each connection (or the error met reading it), read as they come.
+
+    The wait ends ``within`` seconds from now at the latest, and once ``enough`` replies
+    are in, at :func:`~redlease.core.redlock.straggler_deadline`; a connection still silent
+    then has a :class:`redis.exceptions.TimeoutError` instead (its reader was cancelled:
+    drop it).
+    """
+    return await _first_results([c.read_response() for c in connections], enough, within)
+
+
+async def _first_results(
+    awaitables: Sequence[Awaitable[Any]], enough: int, within: float
+) -> list[object]:
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    until = deadline = started + max(within, 0.0)
+    runs = [asyncio.ensure_future(awaitable) for awaitable in awaitables]
+    pending: set[asyncio.Future[Any]] = set(runs)
+    try:
+        while True:
+            if len(runs) - len(pending) >= enough:
+                until = min(until, straggler_deadline(started, loop.time(), deadline))
+            remaining = until - loop.time()
+            if not pending or remaining <= 0:
+                break
+            _, pending = await asyncio.wait(
+                pending, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+            )
+    finally:
+        for run in pending:
+            run.cancel()
+        if pending:
+            await asyncio.wait(pending)
+    return [_outcome(run, within) for run in runs]
+
+
+def _outcome(run: asyncio.Future[Any], within: float) -> object:
+    if run.cancelled():
+        return RedisTimeoutError(f"no reply within {within:.3f} s")
+    return run.exception() or run.result()
+
+
+async def _open(pool: Any) -> Any:
+    connection = pool.connection_class(**pool.connection_kwargs)
+    try:
+        await connection.connect()
+    except BaseException:
+        await connection.disconnect(nowait=True)
+        raise
+    return connection
 
 
 def is_cluster(client: Any) -> bool:

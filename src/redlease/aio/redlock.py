@@ -22,10 +22,10 @@ from redlease.aio.engine import AsyncEngine
 from redlease.aio.fanout import AsyncFanout
 from redlease.aio.handle import AsyncLeaseHandle
 from redlease.aio.renewer import AsyncRenewer
-from redlease.compat import ResponseErrors
+from redlease.compat import ResponseErrors, TimeoutErrors
 from redlease.core.client_state import LocksBase
 from redlease.core.hooks import Hooks, combine
-from redlease.core.lease import PAST_DEADLINE, Lease, ReleaseOutcome, drift_ms
+from redlease.core.lease import PAST_DEADLINE, Lease, ReleaseOutcome
 from redlease.core.ops import Claim, RunScript
 from redlease.core.owner import Owner, TokenFactory, random_token
 from redlease.core.protocol import (
@@ -38,13 +38,24 @@ from redlease.core.protocol import (
     refused,
     release_flow,
 )
-from redlease.core.redlock import Tally, quorum, quorum_answer, tally_acquire
+from redlease.core.redlock import (
+    Tally,
+    not_granted,
+    quorum,
+    quorum_answer,
+    tally_acquire,
+    too_few_answers,
+    validity_ms,
+)
+from redlease.core.renewal import renewal_answers, renewal_calls
 from redlease.errors import InvalidArgument, LeaseLost, LockTimeout, ServerUnavailable
 from redlease.keys import DEFAULT_PREFIX
 from redlease.scripts import ScriptName
 
 RETRY_DELAYS_S = (0.005, 0.05)
 """A refused round retries after a random pause in this range, so contenders desynchronise."""
+RELEASE_AT_LEAST_S = 0.05
+"""A release waits for the masters until the lease's local deadline, and at least this long."""
 
 
 class AsyncRedlock(LocksBase):
@@ -110,25 +121,39 @@ class AsyncRedlock(LocksBase):
             return []
         return await concurrently([_on(master, flow) for master in masters])
 
-    async def _everywhere(self, op: RunScript, only: Sequence[int] | None = None) -> list[Any]:
+    async def _everywhere(
+        self, op: RunScript, only: Sequence[int] | None = None, *, enough: int, within: float
+    ) -> list[Any]:
         """One script on every master (or those at ``only``) in one round trip from this
-        thread: each reply, or the error that stands for it (a refusal as ServerRefused)."""
+        thread: each reply, or the error that stands for it (a refusal as ServerRefused, no
+        answer within ``within`` seconds, or soon after ``enough`` masters answered, as a
+        TimeoutError)."""
         indexes = range(len(self._masters)) if only is None else only
         masters = [self._masters[index] for index in indexes]
         for master in masters:
             await master._on_this_loop()
-        replies = await self._fanout.run(op, indexes)
+        replies = await self._fanout.run(op, indexes, enough=enough, within=within)
         return [
             refused(op, reply) if isinstance(reply, ResponseErrors) else reply for reply in replies
         ]
 
     async def _renew_batch(self, due: list[Lease]) -> list[bool | None]:
-        """Renew on every master; a lease is kept while a majority still holds it."""
-        per_master = await concurrently([_renewing(master, due) for master in self._masters])
-        answers: list[list[bool | None]] = [
-            result if isinstance(result, list) else [None] * len(due) for result in per_master
+        """Renew on every master; a lease is kept while a majority still holds it.
+
+        Each call of the batch is one fan-out round, bounded by the soonest local deadline
+        among ``due``: a silent master costs the round no more than the others' answers.
+        """
+        batches = renewal_calls(due)
+        deadline = min(lease.expires_at for lease in due)
+        replies = [
+            await self._everywhere(op, enough=self._quorum, within=deadline - self._clock())
+            for _, op in batches
         ]
-        return [quorum_answer([column[i] for column in answers]) for i in range(len(due))]
+        per_master = [
+            renewal_answers(due, batches, [column[index] for column in replies])
+            for index in range(len(self._masters))
+        ]
+        return [quorum_answer([answers[i] for answers in per_master]) for i in range(len(due))]
 
     async def aclose(self) -> None:
         """Stop the renewal worker and close every master's client; no new lease after."""
@@ -150,16 +175,14 @@ class AsyncRedlock(LocksBase):
         await self.aclose()
 
 
+def _resend(reply: object) -> bool:
+    """A reply lost with its connection is asked for again; a silent master is not."""
+    return isinstance(reply, Exception) and not isinstance(reply, TimeoutErrors)
+
+
 def _on(master: AsyncEngine, flow: Callable[[], Flow]) -> Callable[[], Any]:
     async def run() -> Any:
         return await master._drive(flow())
-
-    return run
-
-
-def _renewing(master: AsyncEngine, due: list[Lease]) -> Callable[[], Any]:
-    async def run() -> Any:
-        return await master._renew_batch(due)
 
     return run
 
@@ -192,43 +215,66 @@ class AsyncRedlockLock(AsyncLeaseHandle[AsyncRedlock]):
         deadline = None if request.timeout is None else clock() + request.timeout
         delay = RETRY_DELAYS_S[0]
         while True:
-            grant, tally = await self._round(claim)
+            grant, tally, why = await self._round(claim)
             if grant is not None:
                 return self._settle(owner, grant, request, self._role)
-            if tally.reachable < self._locks._quorum:
-                raise ServerUnavailable(
-                    f"could not acquire lock {self.name!r}: only {tally.reachable} of "
-                    f"{tally.masters} masters answered, Redlock needs {self._locks._quorum}"
-                )
+            unanswered = tally.reachable < self._locks._quorum
+            if unanswered and not tally.silent:  # refused connections: no use retrying
+                raise ServerUnavailable(too_few_answers(self.name, tally, self._validity_ms))
             remaining = None if deadline is None else deadline - clock()
             if not request.blocking or (remaining is not None and remaining <= 0):
-                raise LockTimeout(self.name, request.timeout if request.blocking else 0)
+                if unanswered:
+                    raise ServerUnavailable(too_few_answers(self.name, tally, self._validity_ms))
+                raise LockTimeout(self.name, request.timeout if request.blocking else 0, why)
             pause = random.uniform(RETRY_DELAYS_S[0], delay)
             await sleep(pause if remaining is None else min(pause, remaining))
             delay = min(delay * 2, RETRY_DELAYS_S[1])
             claim = self._claim(self._locks._new_token(owner), "publish")
 
-    async def _round(self, claim: Claim) -> tuple[Grant | None, Tally]:
-        """One round on every master: the grant, once a majority granted it in time and a
-        majority holds a fence counter at least its fence; else everything is given back.
+    @property
+    def _validity_ms(self) -> float:
+        return validity_ms(0, self._ttl_ms)
 
-        A failed round's token is never used again (the next round draws a new one), so
-        nothing a failed round left behind can answer for a later lease.
+    async def _round(self, claim: Claim) -> tuple[Grant | None, Tally, str | None]:
+        """One round on every master: the grant, once a majority granted it in time and a
+        majority holds a fence counter at least its fence; else what was granted is given
+        back, with why it was no grant when another owner is not the reason.
+
+        No answer is awaited past the lease's validity. A failed round's token is never
+        used again (the next round draws a new one), so nothing a failed round left behind
+        can answer for a later lease.
         """
-        started = self._locks._clock()
-        tally = tally_acquire(await self._locks._everywhere(claim.acquire_op("0")))
-        if tally.granted((self._locks._clock() - started) * 1000, self._ttl_ms):
+        locks, clock = self._locks, self._locks._clock
+        started = clock()
+        ends = started + self._validity_ms / 1000
+        acquire = claim.acquire_op("0")
+        tally = tally_acquire(
+            await locks._everywhere(acquire, enough=locks._quorum, within=ends - started)
+        )
+        elapsed_ms = (clock() - started) * 1000
+        why = not_granted(tally, elapsed_ms, self._ttl_ms)
+        if tally.granted(elapsed_ms, self._ttl_ms):
             fence = max(tally.fences)
             behind = tally.behind()
             floor = RunScript(ScriptName.FENCE_FLOOR, (self.keys.fence,), (fence,))
-            raised = await self._locks._everywhere(floor, behind) if behind else []
+            needed = locks._quorum - tally.confirmed({})
+            raised = (
+                await locks._everywhere(floor, behind, enough=needed, within=ends - clock())
+                if behind
+                else []
+            )
             grant = Grant(claim, fence, started)
-            if tally.confirmed(dict(zip(behind, raised, strict=True))) >= self._locks._quorum and (
-                alive(grant, self._locks._clock())
-            ):
-                return grant, tally
-        await self._locks._everywhere(claim.release_op(withdraw=False, latch=False))
-        return None, tally
+            confirmed = tally.confirmed(dict(zip(behind, raised, strict=True)))
+            if confirmed >= locks._quorum and alive(grant, clock()):
+                return grant, tally, None
+            why = "a majority granted it, but too few confirmed its fencing token in time"
+        holding = [index for index, fence in enumerate(tally.granted_by) if fence is not None]
+        if holding:
+            give_back = claim.release_op(withdraw=False, latch=False)
+            await locks._everywhere(
+                give_back, holding, enough=len(holding), within=self._ttl_ms / 1000
+            )
+        return None, tally, why
 
     async def release(self) -> ReleaseOutcome:
         """Release on every master; ``EXPIRED`` if a majority no longer held it."""
@@ -237,8 +283,11 @@ class AsyncRedlockLock(AsyncLeaseHandle[AsyncRedlock]):
             return ReleaseOutcome.STILL_HELD
         if lease.lost:  # past its deadline: tell the holder now, not when the replies come
             fire(lease, lease._mark_lost(PAST_DEADLINE))
-        replies = await self._locks._everywhere(lease._claim.release_op(withdraw=False))
-        lost = [index for index, reply in enumerate(replies) if isinstance(reply, Exception)]
+        within = max(lease.expires_at - self._locks._clock(), RELEASE_AT_LEAST_S)
+        replies = await self._locks._everywhere(
+            lease._claim.release_op(withdraw=False), enough=self._locks._quorum, within=within
+        )
+        lost = [index for index, reply in enumerate(replies) if _resend(reply)]
         again = await self._locks._each(lambda: release_flow(lease._claim), lost)
         for index, reply in zip(lost, again, strict=True):
             replies[index] = reply  # a lost reply: the release (and its latch) answer again
@@ -258,9 +307,12 @@ class AsyncRedlockLock(AsyncLeaseHandle[AsyncRedlock]):
             (lease._claim.renew_key,),
             (lease._claim.renew_kind, lease.token, ttl_ms),
         )
-        replies = await self._locks._everywhere(renew)
+        validity = validity_ms(0, ttl_ms)
+        replies = await self._locks._everywhere(
+            renew, enough=self._locks._quorum, within=validity / 1000
+        )
         kept = sum(1 for reply in replies if isinstance(reply, list) and int(reply[0]) == 1)
-        in_time = (clock() - started) * 1000 < ttl_ms - drift_ms(ttl_ms)
+        in_time = (clock() - started) * 1000 < validity
         result = (kept >= self._locks._quorum and in_time, started)
         callbacks = self._finish_extend(lease, ttl_ms, result, self._role)
         if callbacks is not None:

@@ -12,9 +12,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from redlease.compat import TimeoutErrors
 from redlease.core.lease import drift_ms
 from redlease.core.protocol import NETWORK_ERRORS
 from redlease.errors import LockError
+
+STRAGGLER_GRACE_S = 0.01
+"""Once enough masters answered a round, the others get as long again as those took, and
+at least this long: a silent master never holds a round up, a slow one still counts."""
 
 
 def quorum(masters: int) -> int:
@@ -39,6 +44,11 @@ class Tally:
     @property
     def reachable(self) -> int:
         return self.masters - len(self.errors)
+
+    @property
+    def silent(self) -> int:
+        """Masters that did not answer in time (as opposed to refusing the connection)."""
+        return sum(1 for error in self.errors if isinstance(error, TimeoutErrors))
 
     def granted(self, elapsed_ms: float, ttl_ms: int) -> bool:
         return len(self.fences) >= quorum(self.masters) and validity_ms(elapsed_ms, ttl_ms) > 0
@@ -65,6 +75,32 @@ def _at_least(reply: object, fence: int) -> bool:
         except ValueError:
             return False
     return False
+
+
+def straggler_deadline(started: float, enough_at: float, deadline: float) -> float:
+    """When a fan-out round stops waiting, once enough answers came in at ``enough_at``."""
+    return min(deadline, enough_at + max(STRAGGLER_GRACE_S, enough_at - started))
+
+
+def too_few_answers(name: str, tally: Tally, validity_ms: float) -> str:
+    """Why a lock could not be had when no majority answered."""
+    needed = quorum(tally.masters)
+    in_time = f" in time (the lease's validity: {validity_ms:.0f} ms)" if tally.silent else ""
+    return (
+        f"could not acquire lock {name!r}: only {tally.reachable} of {tally.masters} masters "
+        f"answered{in_time}, Redlock needs {needed}"
+    )
+
+
+def not_granted(tally: Tally, elapsed_ms: float, ttl_ms: int) -> str | None:
+    """Why a round that a majority answered was no grant, when it is not that another owner
+    holds the lock (``None``): the answers came too late for the lease."""
+    if len(tally.fences) >= quorum(tally.masters) and validity_ms(elapsed_ms, ttl_ms) <= 0:
+        return (
+            f"a majority granted it, but not in time: the round took {elapsed_ms:.0f} ms of "
+            f"a {ttl_ms} ms lease; the masters answer too slowly for this TTL"
+        )
+    return None
 
 
 def validity_ms(elapsed_ms: float, ttl_ms: int) -> float:

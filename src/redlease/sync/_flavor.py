@@ -7,19 +7,23 @@ import functools
 import inspect
 import logging
 import os
+import select
 import sys
 import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import wait as wait_futures
 from typing import Any, Protocol, TypeVar
 
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from redlease.compat import ClusterClients
 from redlease.core.lease import Lease, LostCallback, run_callbacks
 from redlease.core.owner import Owner
+from redlease.core.redlock import straggler_deadline
 from redlease.errors import InvalidArgument
 
 logger = logging.getLogger("redlease")
@@ -142,14 +146,17 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_pool_in_child)
 
 
-def concurrently(calls: Sequence[Callable[[], T]]) -> list[T | BaseException]:
-    """Run every call at once (a shared thread pool); each result, or what it raised."""
+def _io_pool() -> ThreadPoolExecutor:
     global _pool
     with _pool_guard:
         if _pool is None:
             _pool = ThreadPoolExecutor(32, thread_name_prefix="redlease-io")
-        pool = _pool
-    futures = [pool.submit(call) for call in calls]
+        return _pool
+
+
+def concurrently(calls: Sequence[Callable[[], T]]) -> list[T | BaseException]:
+    """Run every call at once (a shared thread pool); each result, or what it raised."""
+    futures = [_io_pool().submit(call) for call in calls]
     results: list[T | BaseException] = []
     for future in futures:
         try:
@@ -157,6 +164,91 @@ def concurrently(calls: Sequence[Callable[[], T]]) -> list[T | BaseException]:
         except Exception as exc:
             results.append(exc)
     return results
+
+
+def open_connections(pools: Sequence[Any], enough: int, within: float) -> list[object]:
+    """A new connection to each pool's server (or the error met opening it), all opened at
+    once (on the shared pool's threads) and waited for as :func:`read_replies` waits for
+    replies. The connections are the caller's, outside the pools; one opened too late is
+    closed when its opening ends, which its timeouts, lowered to ``within``, bound."""
+    started = time.monotonic()
+    until = deadline = started + max(within, 0.0)
+    opening = [_io_pool().submit(_open, pool, within) for pool in pools]
+    pending = set(opening)
+    while True:
+        if len(opening) - len(pending) >= enough:
+            until = min(until, straggler_deadline(started, time.monotonic(), deadline))
+        remaining = until - time.monotonic()
+        if not pending or remaining <= 0:
+            break
+        _, pending = wait_futures(pending, remaining, return_when=FIRST_COMPLETED)
+    silent = RedisTimeoutError(f"no connection within {within:.3f} s")
+    for future in pending:
+        future.add_done_callback(_close_opened)
+    return [silent if future in pending else _result(future) for future in opening]
+
+
+def _open(pool: Any, within: float) -> Any:
+    connection = pool.connection_class(**pool.connection_kwargs)
+    bound = max(within, 0.001)
+    kept = connection.socket_timeout, connection.socket_connect_timeout
+    connection.socket_timeout, connection.socket_connect_timeout = (
+        bound if value is None else min(value, bound) for value in kept
+    )
+    try:
+        connection.connect()
+    finally:
+        connection.socket_timeout, connection.socket_connect_timeout = kept
+    connection._sock.settimeout(kept[0])
+    return connection
+
+
+def _result(future: Future[Any]) -> object:
+    return future.exception() or future.result()
+
+
+def _close_opened(future: Future[Any]) -> None:
+    if future.exception() is None:
+        future.result().disconnect()
+
+
+def read_replies(connections: Sequence[Any], enough: int, within: float) -> list[object]:
+    """The next reply on each connection (or the error met reading it), read as they come.
+
+    The wait ends ``within`` seconds from now at the latest, and once ``enough`` replies
+    are in, at :func:`~redlease.core.redlock.straggler_deadline`; a connection still silent
+    then has a :class:`redis.exceptions.TimeoutError` instead (its reply may still come:
+    drop it).
+    """
+    started = time.monotonic()
+    until = deadline = started + max(within, 0.0)
+    replies: dict[int, object] = {}
+    waiting = dict(enumerate(connections))
+    while True:
+        if len(replies) >= enough:
+            until = min(until, straggler_deadline(started, time.monotonic(), deadline))
+        remaining = until - time.monotonic()
+        if not waiting or remaining <= 0:
+            break
+        for index in _readable(waiting, remaining):
+            try:
+                replies[index] = waiting.pop(index).read_response()
+            except Exception as exc:
+                replies[index] = exc
+    silent = RedisTimeoutError(f"no reply within {within:.3f} s")
+    return [replies.get(index, silent) for index in range(len(connections))]
+
+
+def _readable(connections: dict[int, Any], timeout: float) -> list[int]:
+    """The indexes of the connections with something to read, waiting up to ``timeout``."""
+    by_fd = {connection._sock.fileno(): index for index, connection in connections.items()}
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        for fd in by_fd:
+            poller.register(fd, select.POLLIN | select.POLLPRI)
+        return [by_fd[fd] for fd, _ in poller.poll(timeout * 1000)]
+    ready, _, _ = select.select(list(by_fd), [], [], timeout)
+    return [by_fd[fd] for fd in ready]
 
 
 def is_cluster(client: Any) -> bool:
