@@ -16,7 +16,7 @@ import pytest
 import redis
 
 import redlease
-from conftest import fence_key
+from conftest import fence_key, measure_round_trip
 from redlease import ReleaseOutcome
 from redlease.core.subscriptions import has_sharded_pubsub
 
@@ -250,14 +250,20 @@ async def test_a_holder_without_publish_permission_still_frees_its_lease(
     holder = await make_locks(url)
     waiter = await make_locks(private.url)
     lock = holder.lock("quiet", ttl=3)
-    await lock.acquire()
+    held = await lock.acquire()
     waiting = waiter.lock("quiet", ttl=30, owner="waiter")
     pending = asyncio.create_task(waiting.acquire(timeout=10))
     with redis.Redis(port=private.port) as admin:
         await queued_waiters(admin, f"{prefix}:{{quiet}}:queue", 1)
         assert await lock.release() is ReleaseOutcome.RELEASED
         assert not admin.exists(f"{prefix}:{{quiet}}"), "the lease was left until its TTL"
-    lease = await pending  # woken by the old lease's TTL at the latest
+    lease = await pending
+    granted = time.monotonic()
+    slack = 20 * measure_round_trip(private.url) + 0.5
+    assert granted <= held.acquired_at + 3 + slack, (
+        f"the waiter got the lock {granted - held.acquired_at:.2f} s after a 3 s lease was "
+        "taken: its wait outlasted the lease it waited on"
+    )
     assert lease.fence > 1
     await waiting.release()
 
