@@ -17,6 +17,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "src" / "redlease"
 GENERATED = (
+    "client.py",
     "driver.py",
     "engine.py",
     "family.py",

@@ -30,13 +30,13 @@ from redlease.aio._flavor import (
     shielded,
     sleep,
 )
+from redlease.aio.client import AsyncClient
 from redlease.aio.driver import run_flow
 from redlease.aio.notify import AsyncNotifier
 from redlease.aio.renewer import AsyncRenewer
 from redlease.aio.scripts import Scripts
 from redlease.compat import ResponseErrors, check_client
 from redlease.core.base import LeasedBase
-from redlease.core.client_state import LocksBase
 from redlease.core.hooks import ERROR, Hooks, combine
 from redlease.core.lease import PAST_DEADLINE, Lease, ReleaseOutcome
 from redlease.core.multi import one_slot
@@ -64,7 +64,7 @@ LATE_COMMAND_S = 0.2
 logger = logging.getLogger("redlease")
 
 
-class AsyncEngine(LocksBase):
+class AsyncEngine(AsyncClient):
     """One client's connections, workers and the operations the primitives run on them."""
 
     def __init__(
@@ -142,18 +142,6 @@ class AsyncEngine(LocksBase):
             with suppress(LockError, *NETWORK_ERRORS, ReplicaShortfall):
                 await self._drive(give_back(lease._claim))
             fire(lease, lease._mark_lost("the event loop that held it is gone"))
-
-    def _adopt(self, lease: Lease, role: str | None) -> bool:
-        if super()._adopt(lease, role) or not self._renewer.running():
-            self._renewer.wake()
-            return True
-        return False
-
-    def _reschedule(self, lease: Lease, sent_at: float) -> bool:
-        if super()._reschedule(lease, sent_at):
-            self._renewer.wake()
-            return True
-        return False
 
     async def _renew_batch(self, due: list[Lease]) -> list[bool | None]:
         """Renew due leases in one pipelined round trip; one answer per lease.

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable
-from types import TracebackType
 from typing import Any, TypeVar
 
 from redlease.aio._flavor import wrap_locked
@@ -103,14 +102,3 @@ class AsyncLocks(AsyncEngine):
             return wrap_locked(function, lock_for)
 
         return decorate
-
-    async def __aenter__(self) -> AsyncLocks:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.aclose()

@@ -12,18 +12,17 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Hashable, Sequence
-from types import TracebackType
 from typing import Any
 
 from redis.asyncio import Redis
 
 from redlease.aio._flavor import concurrently, current_owner, fire, sleep
+from redlease.aio.client import AsyncClient
 from redlease.aio.engine import AsyncEngine
 from redlease.aio.fanout import AsyncFanout
 from redlease.aio.handle import AsyncLeaseHandle
 from redlease.aio.renewer import AsyncRenewer
 from redlease.compat import ResponseErrors, TimeoutErrors
-from redlease.core.client_state import LocksBase
 from redlease.core.hooks import Hooks, combine
 from redlease.core.lease import PAST_DEADLINE, Lease, ReleaseOutcome
 from redlease.core.ops import Claim, RunScript
@@ -58,7 +57,7 @@ RELEASE_AT_LEAST_S = 0.05
 """A release waits for the masters until the lease's local deadline, and at least this long."""
 
 
-class AsyncRedlock(LocksBase):
+class AsyncRedlock(AsyncClient):
     """A client over independent masters (each a ``redis.asyncio.Redis`` or a URL)."""
 
     def __init__(
@@ -100,18 +99,6 @@ class AsyncRedlock(LocksBase):
         return AsyncRedlockLock(
             self, name, ttl=ttl, renew=renew, timeout=timeout, blocking=blocking, owner=owner
         )
-
-    def _adopt(self, lease: Lease, role: str | None) -> bool:
-        if super()._adopt(lease, role) or not self._renewer.running():
-            self._renewer.wake()
-            return True
-        return False
-
-    def _reschedule(self, lease: Lease, sent_at: float) -> bool:
-        if super()._reschedule(lease, sent_at):
-            self._renewer.wake()
-            return True
-        return False
 
     async def _each(self, flow: Callable[[], Flow], only: Sequence[int] | None = None) -> list[Any]:
         """Run a fresh copy of ``flow`` on every master at once (or the masters at the
@@ -162,17 +149,6 @@ class AsyncRedlock(LocksBase):
         await self._fanout.close()
         for master in self._masters:
             await master.aclose()
-
-    async def __aenter__(self) -> AsyncRedlock:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
 
 def _resend(reply: object) -> bool:

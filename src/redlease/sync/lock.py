@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable
-from types import TracebackType
 from typing import Any, TypeVar
 
 from redlease.core.templates import KeyTemplate
@@ -104,14 +103,3 @@ class Locks(Engine):
             return wrap_locked(function, lock_for)
 
         return decorate
-
-    def __enter__(self) -> Locks:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()

@@ -13,13 +13,11 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Hashable, Sequence
-from types import TracebackType
 from typing import Any
 
 from redis import Redis
 
 from redlease.compat import ResponseErrors, TimeoutErrors
-from redlease.core.client_state import LocksBase
 from redlease.core.hooks import Hooks, combine
 from redlease.core.lease import PAST_DEADLINE, Lease, ReleaseOutcome
 from redlease.core.ops import Claim, RunScript
@@ -48,6 +46,7 @@ from redlease.errors import InvalidArgument, LeaseLost, LockTimeout, ServerUnava
 from redlease.keys import DEFAULT_PREFIX
 from redlease.scripts import ScriptName
 from redlease.sync._flavor import concurrently, current_owner, fire, sleep
+from redlease.sync.client import Client
 from redlease.sync.engine import Engine
 from redlease.sync.fanout import Fanout
 from redlease.sync.handle import LeaseHandle
@@ -59,7 +58,7 @@ RELEASE_AT_LEAST_S = 0.05
 """A release waits for the masters until the lease's local deadline, and at least this long."""
 
 
-class Redlock(LocksBase):
+class Redlock(Client):
     """A client over independent masters (each a ``redis.Redis`` or a URL)."""
 
     def __init__(
@@ -101,18 +100,6 @@ class Redlock(LocksBase):
         return RedlockLock(
             self, name, ttl=ttl, renew=renew, timeout=timeout, blocking=blocking, owner=owner
         )
-
-    def _adopt(self, lease: Lease, role: str | None) -> bool:
-        if super()._adopt(lease, role) or not self._renewer.running():
-            self._renewer.wake()
-            return True
-        return False
-
-    def _reschedule(self, lease: Lease, sent_at: float) -> bool:
-        if super()._reschedule(lease, sent_at):
-            self._renewer.wake()
-            return True
-        return False
 
     def _each(self, flow: Callable[[], Flow], only: Sequence[int] | None = None) -> list[Any]:
         """Run a fresh copy of ``flow`` on every master at once (or the masters at the
@@ -163,17 +150,6 @@ class Redlock(LocksBase):
         self._fanout.close()
         for master in self._masters:
             master.close()
-
-    def __enter__(self) -> Redlock:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def _resend(reply: object) -> bool:
