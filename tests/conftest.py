@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -325,3 +328,38 @@ def pair(redlease_servers_factory) -> Iterator[Pair]:
         servers.on_master.close()
         servers.on_replica.close()
         replica.stop()
+
+
+async def eventually(condition: Callable[[], object], within: float, every: float = 0.01) -> bool:
+    """Poll ``condition`` until it holds (True) or ``within`` seconds pass (False)."""
+    deadline = time.monotonic() + within
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(every)
+    return True
+
+
+def redlease_command(*args: str) -> list[str]:
+    """The ``redlease`` command line, run by this interpreter."""
+    return [sys.executable, "-m", "redlease", *args]
+
+
+def cli_environment(url: str | None) -> dict[str, str]:
+    """This process's environment with ``REDIS_URL`` set to ``url`` (or unset for None)."""
+    env = {key: value for key, value in os.environ.items() if key != "REDIS_URL"}
+    if url is not None:
+        env["REDIS_URL"] = url
+    return env
+
+
+def run_redlease(*args: str, url: str | None, timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run ``redlease ARGS`` against ``url`` to its end; its exit code and output."""
+    return subprocess.run(
+        redlease_command(*args),
+        env=cli_environment(url),
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

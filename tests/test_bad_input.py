@@ -35,7 +35,7 @@ import redis.asyncio
 from redis.backoff import NoBackoff
 
 import redlease
-from conftest import SyncLocksAdapter, subscribed_channels, token_in
+from conftest import SyncLocksAdapter, eventually, subscribed_channels, token_in
 from redlease.server import EmbeddedServer, free_port
 
 TESTS = Path(__file__).resolve().parent
@@ -79,15 +79,6 @@ async def make_client_locks(flavor: str, prefix: str) -> AsyncIterator[Callable[
             await client.aclose()
         else:
             client.close()
-
-
-async def eventually(condition: Callable[[], object], within: float, every: float = 0.02) -> bool:
-    deadline = time.monotonic() + within
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(every)
-    return True
 
 
 def warm_up_scripts(url: str) -> None:

@@ -22,23 +22,14 @@ import pytest
 import redis
 
 import redlease
+from conftest import run_redlease
 from redlease import ReleaseOutcome
 
 RUN_TIMEOUT = 30
 
 
 def run_cli(*args: str, url: str | None) -> subprocess.CompletedProcess[str]:
-    env = {key: value for key, value in os.environ.items() if key != "REDIS_URL"}
-    if url is not None:
-        env["REDIS_URL"] = url
-    return subprocess.run(
-        [sys.executable, "-m", "redlease", *args],
-        env=env,
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT,
-    )
+    return run_redlease(*args, url=url, timeout=RUN_TIMEOUT)
 
 
 def run_into_closed_pipe(*args: str, url: str | None) -> subprocess.CompletedProcess[str]:

@@ -9,15 +9,14 @@ tools ask the node (``INFO cluster``) and switch to a cluster client themselves,
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
 import redlease
+from conftest import run_redlease
 from redlease.topology import LocalCluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
@@ -26,14 +25,7 @@ RUN_TIMEOUT = 60
 
 
 def run_cli(*args: str, url: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "redlease", *args],
-        env=dict(os.environ, REDIS_URL=url),
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT,
-    )
+    return run_redlease(*args, url=url, timeout=RUN_TIMEOUT)
 
 
 @pytest.fixture

@@ -8,39 +8,20 @@ without the lock and sell exactly the stock with it. Every run here goes through
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 
 import pytest
 import redis
 
+from conftest import cli_environment, redlease_command, run_redlease
 from redlease.cli import main
 
 RUN_TIMEOUT = 90
 SUMMARY_KEYS = {"stock", "sold", "oversold", "workers", "seconds", "locked", "buys_per_s"}
 
 
-def redlease_command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "redlease", *args]
-
-
-def environment(url: str | None) -> dict[str, str]:
-    env = {key: value for key, value in os.environ.items() if key != "REDIS_URL"}
-    if url is not None:
-        env["REDIS_URL"] = url
-    return env
-
-
 def run_cli(*args: str, url: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        redlease_command(*args),
-        env=environment(url),
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT,
-    )
+    return run_redlease(*args, url=url, timeout=RUN_TIMEOUT)
 
 
 def sale_figures(completed: subprocess.CompletedProcess[str]) -> dict[str, object]:
@@ -96,7 +77,7 @@ def test_concurrent_runs_keep_apart_and_leave_no_keys(redlease_url):
     runs = [
         subprocess.Popen(
             redlease_command(*args),
-            env=environment(redlease_url),
+            env=cli_environment(redlease_url),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

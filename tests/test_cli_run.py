@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -21,39 +20,22 @@ import pytest
 import redis
 
 import redlease
+from conftest import cli_environment, redlease_command, run_redlease
 from redlease.chaos.proxy import Mode, ProxyHub
 from redlease.commands.run import RELEASE_AFTER_LOSS
 
 RUN_TIMEOUT = 30
 
 
-def redlease_command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "redlease", *args]
-
-
-def environment(url: str | None) -> dict[str, str]:
-    env = {key: value for key, value in os.environ.items() if key != "REDIS_URL"}
-    if url is not None:
-        env["REDIS_URL"] = url
-    return env
-
-
 def run_cli(*args: str, url: str | None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        redlease_command(*args),
-        env=environment(url),
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT,
-    )
+    return run_redlease(*args, url=url, timeout=RUN_TIMEOUT)
 
 
 def start_cli(*args: str, url: str) -> subprocess.Popen[str]:
     """A ``redlease`` in its own session: no terminal, so signals are ours to send."""
     return subprocess.Popen(
         redlease_command(*args),
-        env=environment(url),
+        env=cli_environment(url),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

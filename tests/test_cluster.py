@@ -26,6 +26,7 @@ import redlease
 from conftest import (
     RENEWAL_ROUND_TRIPS,
     allowing,
+    eventually,
     release_all,
     renewed_or_lost,
     renewing_ttl,
@@ -83,15 +84,6 @@ async def on_client(locks: Any, call: Callable[[], Any]) -> Any:
     if isinstance(locks, redlease.AsyncLocks):
         return await call()
     return await locks.run(call)
-
-
-async def eventually(condition: Callable[[], object], within: float, every: float = 0.02) -> bool:
-    deadline = time.monotonic() + within
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(every)
-    return True
 
 
 def names_on_every_master(cluster: LocalCluster, prefix: str, per_master: int) -> list[str]:

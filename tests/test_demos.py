@@ -23,6 +23,8 @@ import time
 import pytest
 import redis
 
+from conftest import cli_environment
+
 RUN_TIMEOUT = 90
 PLAIN_COMMAND = (
     "import sys; sys.modules['rich'] = None; "  # rich not installed: the plain display
@@ -35,15 +37,8 @@ TIMELINE = re.compile(r"^\s*\d+\.\d{3} s  (holder|contender) ")
 LOST_WARNING = "redlease: lease on lock 'watchdog:job' lost"
 
 
-def environment(url: str | None) -> dict[str, str]:
-    env = {key: value for key, value in os.environ.items() if key != "REDIS_URL"}
-    if url is not None:
-        env["REDIS_URL"] = url
-    return env
-
-
 def run_demo(url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = environment(url)
+    env = cli_environment(url)
     return subprocess.run(
         [sys.executable, "-m", "redlease", "demo", *args],
         env=env,
@@ -227,7 +222,7 @@ def run_on_terminal(url: str | None, *args: str, rich: bool = False) -> tuple[in
 
     Without ``rich`` the command runs as if rich were not installed (the plain display).
     """
-    env = environment(url) | {"COLUMNS": "200", "TERM": "xterm"}
+    env = cli_environment(url) | {"COLUMNS": "200", "TERM": "xterm"}
     command = (
         [sys.executable, "-m", "redlease", "demo", *args]
         if rich

@@ -25,6 +25,7 @@ from conftest import (
     RENEWAL_ROUND_TRIPS,
     SyncLocksAdapter,
     allowing,
+    eventually,
     fence_key,
     renewing_ttl,
     token_in,
@@ -70,15 +71,6 @@ def values(servers: list[EmbeddedServer], key: str) -> list[str | None]:
         with redis.Redis(port=server.port, decode_responses=True) as client:
             found.append(token_in(client.get(key)))
     return found
-
-
-async def eventually(condition: Callable[[], object], within: float, every: float = 0.02) -> bool:
-    deadline = time.monotonic() + within
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(every)
-    return True
 
 
 async def test_lease_is_granted_on_every_master_and_released_from_all(

@@ -26,6 +26,7 @@ import redlease
 from conftest import (
     RENEWAL_ROUND_TRIPS,
     allowing,
+    eventually,
     release_all,
     renewed_or_lost,
     renewing_ttl,
@@ -37,16 +38,6 @@ from redlease.scripts import ScriptName
 
 TESTS = Path(__file__).resolve().parent
 HOLDER = TESTS / "holder.py"
-
-
-async def eventually(condition: Callable[[], object], within: float, every: float = 0.01) -> bool:
-    """Poll ``condition`` until it holds (True) or ``within`` seconds pass (False)."""
-    deadline = time.monotonic() + within
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(every)
-    return True
 
 
 def delete(server: redis.Redis, key: str) -> None:

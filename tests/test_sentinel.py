@@ -21,7 +21,7 @@ import redis
 import redis.asyncio.sentinel
 import redis.sentinel
 
-from conftest import allowing, renewing_ttl, token_in
+from conftest import allowing, eventually, renewing_ttl, token_in
 from redlease import NotReplicated, ReleaseOutcome
 from redlease.topology import LocalSentinel
 
@@ -36,15 +36,6 @@ def master_value(topology: LocalSentinel, key: str) -> str | None:
     host, port = topology.master_address()
     with redis.Redis(host=host, port=port, decode_responses=True) as client:
         return token_in(client.get(key))
-
-
-async def eventually(condition: Callable[[], object], within: float, every: float = 0.02) -> bool:
-    deadline = time.monotonic() + within
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(every)
-    return True
 
 
 @pytest_asyncio.fixture

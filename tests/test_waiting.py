@@ -13,7 +13,6 @@ import asyncio
 import signal
 import sys
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -22,23 +21,13 @@ import pytest
 import redis
 
 import redlease
-from conftest import allowing, subscribed_channels, token_in
+from conftest import allowing, eventually, subscribed_channels, token_in
 from redlease import Lease, ReleaseOutcome
 from redlease.keys import LockKeys
 
 TESTS = Path(__file__).resolve().parent
 INTERRUPTED_WAITER = TESTS / "proc_interrupted_waiter.py"
 WAITER = TESTS / "proc_waiter.py"
-
-
-async def eventually(condition: Callable[[], object], within: float, every: float = 0.01) -> bool:
-    """Poll ``condition`` until it holds (True) or ``within`` seconds pass (False)."""
-    deadline = time.monotonic() + within
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(every)
-    return True
 
 
 def listening(server: redis.Redis, prefix: str) -> list[str]:
