@@ -3,7 +3,6 @@ worker woken by every new or rescheduled lease, and closing as a context manager
 
 from __future__ import annotations
 
-from types import TracebackType
 from typing import TypeVar
 
 from redlease.aio.renewer import AsyncRenewer
@@ -34,10 +33,5 @@ class AsyncClient(LocksBase):
     async def __aenter__(self: ClientT) -> ClientT:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()

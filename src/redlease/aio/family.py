@@ -118,15 +118,10 @@ class AsyncSemaphore(SemaphoreBase[AsyncEngine]):
     async def __aenter__(self) -> Lease:
         return self._push(await self.acquire())
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         lease = self._pop()
         outcome = await self.release(lease)
-        self._lost_at_exit(lease, outcome, body_failed=exc_type is not None)
+        self._lost_at_exit(lease, outcome, body_failed=exc_info[0] is not None)
 
 
 class AsyncCountDownLatch:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from types import TracebackType
-
 from redlease.aio._flavor import current_owner, fire
 from redlease.aio.engine import AsyncEngine
 from redlease.core.base import LockBase
@@ -34,16 +32,11 @@ class AsyncLeaseHandle(LockBase[LocksT]):
     async def __aenter__(self) -> Lease:
         return await self.acquire()
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         owner = self._owner()
         lease = self._locks._held(self._role, owner)
         outcome = await self._release_by(owner)
-        self._lost_at_exit(lease, outcome, body_failed=exc_type is not None)
+        self._lost_at_exit(lease, outcome, body_failed=exc_info[0] is not None)
 
     async def _release_by(self, owner: Owner) -> ReleaseOutcome:
         """:meth:`release` for the owner the caller already looked up (the block's exit)."""

@@ -29,7 +29,6 @@ import threading
 import time
 from collections.abc import Awaitable
 from contextlib import suppress
-from types import TracebackType
 from typing import TypeVar
 
 from redlease.chaos.errors import ChaosError
@@ -186,12 +185,7 @@ class ProxyHub:
         self._thread.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
     def link(self, host: str, port: int) -> Link:

@@ -4,7 +4,6 @@ worker woken by every new or rescheduled lease, and closing as a context manager
 
 from __future__ import annotations
 
-from types import TracebackType
 from typing import TypeVar
 
 from redlease.core.client_state import LocksBase
@@ -35,10 +34,5 @@ class Client(LocksBase):
     def __enter__(self: ClientT) -> ClientT:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()

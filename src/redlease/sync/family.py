@@ -119,15 +119,10 @@ class Semaphore(SemaphoreBase[Engine]):
     def __enter__(self) -> Lease:
         return self._push(self.acquire())
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         lease = self._pop()
         outcome = self.release(lease)
-        self._lost_at_exit(lease, outcome, body_failed=exc_type is not None)
+        self._lost_at_exit(lease, outcome, body_failed=exc_info[0] is not None)
 
 
 class CountDownLatch:

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from types import TracebackType
-
 from redlease.core.base import LockBase
 from redlease.core.client_state import LocksT
 from redlease.core.lease import Lease, ReleaseOutcome
@@ -35,16 +33,11 @@ class LeaseHandle(LockBase[LocksT]):
     def __enter__(self) -> Lease:
         return self.acquire()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         owner = self._owner()
         lease = self._locks._held(self._role, owner)
         outcome = self._release_by(owner)
-        self._lost_at_exit(lease, outcome, body_failed=exc_type is not None)
+        self._lost_at_exit(lease, outcome, body_failed=exc_info[0] is not None)
 
     def _release_by(self, owner: Owner) -> ReleaseOutcome:
         """:meth:`release` for the owner the caller already looked up (the block's exit)."""

@@ -16,7 +16,6 @@ import time
 from collections.abc import Iterable
 from contextlib import suppress
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import redis
@@ -170,12 +169,7 @@ class LocalSentinel:
     def __enter__(self) -> LocalSentinel:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
     def __repr__(self) -> str:
