@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ import pytest
 import redis
 
 import redlease
-from redlease.chaos.proxy import Mode, ProxyHub
+from redlease.chaos.proxy import Link, Mode, ProxyHub
 from redlease.core.lease import drift_ms
 
 SCHEDULING_SLACK_S = 0.25
@@ -64,34 +65,39 @@ def take_when_free(
     return thread, taken
 
 
-@pytest.mark.parametrize("renew", [True, False], ids=["renewed", "fixed-ttl"])
-async def test_a_black_holed_holder_is_told_before_anyone_else_can_take_the_lock(
-    redlease_url, flavor, renew
-):
+@pytest.fixture
+def link(redlease_url: str) -> Iterator[Link]:
+    """A link through the project's proxy to the session's server."""
     target = redis.Redis.from_url(redlease_url).connection_pool.connection_kwargs
     with ProxyHub() as hub:
-        link = hub.link(target["host"], target["port"])
-        prefix = f"deadline{os.getpid()}{renew}{flavor}"
-        locks = readme_client(flavor, link.port, prefix)
-        told: list[float] = []
-        try:
-            lock = locks.lock("report", ttl=2, renew=renew)
-            lease = await call(flavor, lock.acquire)
-            lease.on_lost(lambda _: told.append(time.monotonic()))
-            if renew:
-                await asyncio.sleep(1.0)  # one renewal goes through first
-            link.set(mode=Mode.BLACKHOLE)
-            blackholed = time.monotonic()
-            other, taken = take_when_free(redlease_url, "report", prefix)
-            await asyncio.to_thread(other.join, 10)
-            flagged_lost = lease.lost
-            await asyncio.sleep(SCHEDULING_SLACK_S)
-        finally:
-            link.set()
-            if flavor == "async":
-                await locks.aclose()
-            else:
-                locks.close()
+        yield hub.link(target["host"], target["port"])
+
+
+@pytest.mark.parametrize("renew", [True, False], ids=["renewed", "fixed-ttl"])
+async def test_a_black_holed_holder_is_told_before_anyone_else_can_take_the_lock(
+    redlease_url, link, flavor, renew
+):
+    prefix = f"deadline{os.getpid()}{renew}{flavor}"
+    locks = readme_client(flavor, link.port, prefix)
+    told: list[float] = []
+    try:
+        lock = locks.lock("report", ttl=2, renew=renew)
+        lease = await call(flavor, lock.acquire)
+        lease.on_lost(lambda _: told.append(time.monotonic()))
+        if renew:
+            await asyncio.sleep(1.0)  # one renewal goes through first
+        link.set(mode=Mode.BLACKHOLE)
+        blackholed = time.monotonic()
+        other, taken = take_when_free(redlease_url, "report", prefix)
+        await asyncio.to_thread(other.join, 10)
+        flagged_lost = lease.lost
+        await asyncio.sleep(SCHEDULING_SLACK_S)
+    finally:
+        link.set()
+        if flavor == "async":
+            await locks.aclose()
+        else:
+            locks.close()
     assert taken, "the lock never became free"
     assert flagged_lost, "lease.lost was false when another client held the lock"
     assert told, "on_lost never ran"
@@ -168,40 +174,37 @@ RUN_CHILD = "trap 'date +%s.%N > \"$0\"; exit 0' TERM; sleep 60 & wait"
 
 
 def test_redlease_run_stops_its_child_by_the_deadline_on_a_black_holed_link(
-    redlease_url, tmp_path: Path
+    redlease_url, link, tmp_path: Path
 ):
-    target = redis.Redis.from_url(redlease_url).connection_pool.connection_kwargs
     prefix = f"runbh{os.getpid()}"
     stamp = tmp_path / "terminated"
-    with ProxyHub() as hub:
-        link = hub.link(target["host"], target["port"])
-        process = subprocess.Popen(
-            [
-                sys.executable, "-m", "redlease", "run", "nightly",
-                "--url", link.url, "--prefix", prefix, "--ttl", "2", "--grace", "1",
-                "--", "sh", "-c", RUN_CHILD, str(stamp),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )  # fmt: skip
-        try:
-            with redis.Redis.from_url(redlease_url) as plain:
-                deadline = time.monotonic() + 60  # a loaded machine starts Python slowly
-                while not plain.exists(f"{prefix}:{{nightly}}"):
-                    assert process.poll() is None, process.communicate()
-                    assert time.monotonic() < deadline, "run never took the lock"
-                    time.sleep(0.01)
-            time.sleep(1.0)  # a renewal or two go through
-            link.set(mode=Mode.BLACKHOLE)
-            other, taken = take_when_free(redlease_url, "nightly", prefix, clock=time.time)
-            other.join(10)
-            status = process.wait(20)
-        finally:
-            link.set()
-            if process.poll() is None:
-                process.send_signal(signal.SIGKILL)
-                process.wait()
+    process = subprocess.Popen(
+        [
+            sys.executable, "-m", "redlease", "run", "nightly",
+            "--url", link.url, "--prefix", prefix, "--ttl", "2", "--grace", "1",
+            "--", "sh", "-c", RUN_CHILD, str(stamp),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        with redis.Redis.from_url(redlease_url) as plain:
+            deadline = time.monotonic() + 60  # a loaded machine starts Python slowly
+            while not plain.exists(f"{prefix}:{{nightly}}"):
+                assert process.poll() is None, process.communicate()
+                assert time.monotonic() < deadline, "run never took the lock"
+                time.sleep(0.01)
+        time.sleep(1.0)  # a renewal or two go through
+        link.set(mode=Mode.BLACKHOLE)
+        other, taken = take_when_free(redlease_url, "nightly", prefix, clock=time.time)
+        other.join(10)
+        status = process.wait(20)
+    finally:
+        link.set()
+        if process.poll() is None:
+            process.send_signal(signal.SIGKILL)
+            process.wait()
     assert taken, "the lock never became free"
     assert status == 75, (status, process.stderr.read() if process.stderr else "")
     terminated = float(stamp.read_text())
@@ -211,29 +214,26 @@ def test_redlease_run_stops_its_child_by_the_deadline_on_a_black_holed_link(
 
 
 async def test_a_release_sent_at_the_deadline_tells_the_holder_before_its_reply(
-    redlease_url, flavor
+    redlease_url, link, flavor
 ):
-    target = redis.Redis.from_url(redlease_url).connection_pool.connection_kwargs
-    with ProxyHub() as hub:
-        link = hub.link(target["host"], target["port"])
-        prefix = f"atdeadline{os.getpid()}{flavor}"
-        locks = readme_client(flavor, link.port, prefix)
-        told: list[float] = []
-        try:
-            lock = locks.lock("report", ttl=1, renew=True, owner="holder")
-            lease = await call(flavor, lock.acquire)
-            lease.on_lost(lambda _: told.append(time.monotonic()))
-            link.set(mode=Mode.BLACKHOLE)
-            while not lease.lost:  # noqa: ASYNC110 - the lease's own clock turns it
-                await asyncio.sleep(0.001)
-            released = asyncio.create_task(call(flavor, lock.release))
-            await asyncio.sleep(0.3)
-            assert told, "on_lost waited for the release's reply on a black-holed link"
-            link.set()
-            await released
-        finally:
-            link.set()
-            if flavor == "async":
-                await locks.aclose()
-            else:
-                locks.close()
+    prefix = f"atdeadline{os.getpid()}{flavor}"
+    locks = readme_client(flavor, link.port, prefix)
+    told: list[float] = []
+    try:
+        lock = locks.lock("report", ttl=1, renew=True, owner="holder")
+        lease = await call(flavor, lock.acquire)
+        lease.on_lost(lambda _: told.append(time.monotonic()))
+        link.set(mode=Mode.BLACKHOLE)
+        while not lease.lost:  # noqa: ASYNC110 - the lease's own clock turns it
+            await asyncio.sleep(0.001)
+        released = asyncio.create_task(call(flavor, lock.release))
+        await asyncio.sleep(0.3)
+        assert told, "on_lost waited for the release's reply on a black-holed link"
+        link.set()
+        await released
+    finally:
+        link.set()
+        if flavor == "async":
+            await locks.aclose()
+        else:
+            locks.close()

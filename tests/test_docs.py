@@ -256,14 +256,20 @@ def run_pieces(
         }
         for piece in pieces
     ]
-    env = {**os.environ, "REDIS_URL": url, "PYTHONUNBUFFERED": "1"}
+    return _python([sys.executable, "-c", RUNNER], url, cwd, json.dumps(payload))
+
+
+def _python(
+    command: list[str], url: str, cwd: Path, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``command`` run to its end in ``cwd`` with ``REDIS_URL`` set to ``url``."""
     return subprocess.run(
-        [sys.executable, "-c", RUNNER],
-        input=json.dumps(payload),
+        command,
+        input=stdin,
         capture_output=True,
         text=True,
         cwd=cwd,
-        env=env,
+        env={**os.environ, "REDIS_URL": url, "PYTHONUNBUFFERED": "1"},
         timeout=BLOCK_TIMEOUT_S,
         check=False,
     )
@@ -279,16 +285,7 @@ def run_as_test_module(block: Block, url: str, cwd: Path) -> subprocess.Complete
     module = cwd / f"test_{block.path.stem.replace('-', '_')}_{block.line}.py"
     module.write_text("\n" * (block.line - 1) + redirect(block.source, url))
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", module.name]
-    env = {**os.environ, "REDIS_URL": url}
-    return subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=BLOCK_TIMEOUT_S,
-        check=False,
-    )
+    return _python(command, url, cwd)
 
 
 def own_servers(
