@@ -19,14 +19,11 @@ import sys
 import time
 
 import redlease
+from proc_common import lock_arguments, say
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("url")
-    parser.add_argument("prefix")
-    parser.add_argument("name")
-    parser.add_argument("--flavor", choices=["sync", "async"], default="sync")
+    parser = lock_arguments()
     parser.add_argument("--ttl", type=float, default=None)
     parser.add_argument("--hold", type=float, default=3600.0)
     parser.add_argument("--timeout", type=float, default=30.0)
@@ -36,14 +33,30 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def say(line: str) -> None:
-    print(line, flush=True)
-
-
 def record(options: argparse.Namespace, fence: int, entered: float) -> None:
     if options.log:
         with open(options.log, "a", encoding="utf-8") as log:
             log.write(f"{os.getpid()} {fence} {entered:.6f} {time.time():.6f}\n")
+
+
+def held(lease: redlease.Lease) -> float:
+    """Announce the grant; the wall-clock time the critical section began."""
+    entered = time.time()
+    lease.on_lost(lambda lost: say(f"LOST {lost.lost_reason}"))
+    say(f"ACQUIRED {lease.fence}")
+    return entered
+
+
+def released(
+    options: argparse.Namespace,
+    lease: redlease.Lease,
+    entered: float,
+    outcome: redlease.ReleaseOutcome,
+) -> bool:
+    """Log the critical section and the release; whether the lease was lost."""
+    record(options, lease.fence, entered)
+    say(f"RELEASED {outcome.value}")
+    return lease.lost
 
 
 def run_sync(options: argparse.Namespace) -> int:
@@ -56,14 +69,9 @@ def run_sync(options: argparse.Namespace) -> int:
             except redlease.LockTimeout:
                 say("TIMEOUT")
                 return 2
-            entered = time.time()
-            lease.on_lost(lambda lost: say(f"LOST {lost.lost_reason}"))
-            say(f"ACQUIRED {lease.fence}")
+            entered = held(lease)
             time.sleep(options.hold)
-            record(options, lease.fence, entered)
-            outcome = lock.release()
-            say(f"RELEASED {outcome.value}")
-            if lease.lost:
+            if released(options, lease, entered, lock.release()):
                 return 3
     return 0
 
@@ -78,14 +86,9 @@ async def run_async(options: argparse.Namespace) -> int:
             except redlease.LockTimeout:
                 say("TIMEOUT")
                 return 2
-            entered = time.time()
-            lease.on_lost(lambda lost: say(f"LOST {lost.lost_reason}"))
-            say(f"ACQUIRED {lease.fence}")
+            entered = held(lease)
             await asyncio.sleep(options.hold)
-            record(options, lease.fence, entered)
-            outcome = await lock.release()
-            say(f"RELEASED {outcome.value}")
-            if lease.lost:
+            if released(options, lease, entered, await lock.release()):
                 return 3
     return 0
 

@@ -38,10 +38,7 @@ import time
 from typing import Any
 
 import redlease
-
-
-def say(line: str) -> None:
-    print(line, flush=True)
+from proc_common import lock_arguments, say
 
 
 def stopped(path: str) -> bool:
@@ -176,12 +173,7 @@ def run_sync(options: argparse.Namespace) -> int:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("role", choices=sorted(ROLES))
-    parser.add_argument("url")
-    parser.add_argument("prefix")
-    parser.add_argument("name")
-    parser.add_argument("--flavor", choices=["sync", "async"], default="sync")
+    parser = lock_arguments("role")
     parser.add_argument("--ttl", type=float, default=None)
     parser.add_argument("--hold", type=float, default=0.1)
     parser.add_argument("--timeout", type=float, default=30.0)
@@ -191,6 +183,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--log", default=os.devnull)
     parser.add_argument("--stop", default="")
     options = parser.parse_args(argv)
+    if options.role not in ROLES:
+        parser.error(f"role must be one of {sorted(ROLES)}")
     SYNC["flavor"] = options.flavor
     if options.flavor == "async":
         return asyncio.run(run_async(options))

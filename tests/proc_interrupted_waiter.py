@@ -15,12 +15,9 @@ import asyncio
 import sys
 
 import redlease
+from proc_common import lock_arguments, say
 
 WAIT_S = 30.0
-
-
-def say(line: str) -> None:
-    print(line, flush=True)
 
 
 def run_sync(options: argparse.Namespace) -> int:
@@ -62,11 +59,7 @@ async def run_async(options: argparse.Namespace) -> int:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("url")
-    parser.add_argument("prefix")
-    parser.add_argument("name")
-    parser.add_argument("--flavor", choices=["sync", "async"], default="sync")
+    parser = lock_arguments()
     options = parser.parse_args(argv)
     if options.flavor == "async":
         return asyncio.run(run_async(options))

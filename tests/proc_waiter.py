@@ -16,10 +16,7 @@ import sys
 import time
 
 import redlease
-
-
-def say(line: str) -> None:
-    print(line, flush=True)
+from proc_common import lock_arguments, say
 
 
 def report(lease: redlease.Lease, server_ms: int) -> None:
@@ -58,11 +55,7 @@ async def run_async(options: argparse.Namespace) -> int:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("url")
-    parser.add_argument("prefix")
-    parser.add_argument("name")
-    parser.add_argument("--flavor", choices=["sync", "async"], default="sync")
+    parser = lock_arguments()
     parser.add_argument("--ttl", type=float, default=5.0)
     parser.add_argument("--fair", action="store_true")
     options = parser.parse_args(argv)
