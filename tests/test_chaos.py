@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 import pytest
 import redis
 
+from conftest import run_redlease
 from redlease.chaos.checks import History, Section, count_overlaps, fence_regressions, verdict
 from redlease.chaos.detection import KeyWatch, measure, summarize
 from redlease.chaos.fault import Detects
@@ -118,25 +119,13 @@ def test_shared_server_runs_in_its_own_namespace(redlease_url: str) -> None:
 def test_server_and_topology_scenarios_refuse_a_shared_server(
     redlease_url: str, scenario: str
 ) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "redlease", "chaos", scenario, "--url", redlease_url],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    done = run_redlease("chaos", scenario, "--url", redlease_url, url=None, timeout=30)
     assert done.returncode == 64
     assert "private" in done.stderr
 
 
 def test_unknown_scenario_is_a_usage_error() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "redlease", "chaos", "nope"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    done = run_redlease("chaos", "nope", url=None, timeout=30)
     assert done.returncode == 64
     assert "unknown scenario" in done.stderr
 

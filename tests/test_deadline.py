@@ -94,10 +94,7 @@ async def test_a_black_holed_holder_is_told_before_anyone_else_can_take_the_lock
         await asyncio.sleep(SCHEDULING_SLACK_S)
     finally:
         link.set()
-        if flavor == "async":
-            await locks.aclose()
-        else:
-            locks.close()
+        await call(flavor, locks.aclose if flavor == "async" else locks.close)
     assert taken, "the lock never became free"
     assert flagged_lost, "lease.lost was false when another client held the lock"
     assert told, "on_lost never ran"
@@ -233,7 +230,4 @@ async def test_a_release_sent_at_the_deadline_tells_the_holder_before_its_reply(
         await released
     finally:
         link.set()
-        if flavor == "async":
-            await locks.aclose()
-        else:
-            locks.close()
+        await call(flavor, locks.aclose if flavor == "async" else locks.close)
