@@ -139,6 +139,20 @@ def by_acquired(turn: list[str]) -> float:
     return float(turn[2])
 
 
+async def queue_up(
+    start_worker: Any, server: Any, queue: str, labels: list[str], log: Any, hold: float
+) -> dict[str, subprocess.Popen[str]]:
+    """Fair-lock workers, one per label, each waiting in ``queue`` before the next starts."""
+    name = queue.split("{")[1].split("}", maxsplit=1)[0]
+    waiters: dict[str, subprocess.Popen[str]] = {}
+    for label in labels:
+        turn = ["--label", label, "--log", str(log), "--hold", str(hold)]
+        waiters[label] = start_worker("fair", name, *turn)
+        assert await next_line(waiters[label]) == "WAITING"
+        await eventually(lambda n=len(waiters): server.llen(queue) == n)
+    return waiters
+
+
 def pid_of(queue_entry: str) -> int:
     """Queue entries end with the waiter's token, ``<random>|<host>|<pid>|<owner>``."""
     return int(queue_entry.split("|")[2])
@@ -154,13 +168,8 @@ async def test_fair_lock_serves_waiting_processes_in_arrival_order(
     queue = f"{prefix}:{{counter}}:queue"
     holder = (await make_family()).fair_lock("counter")
     await holder.acquire()
-    waiters = []
-    for arrival in range(5):
-        turn = ["--label", str(arrival), "--log", str(log), "--hold", "0.05"]
-        waiter = start_worker("fair", "counter", *turn)
-        assert await next_line(waiter) == "WAITING"
-        await eventually(lambda n=arrival: server.llen(queue) == n + 1)
-        waiters.append(waiter)
+    labels = [str(arrival) for arrival in range(5)]
+    waiters = list((await queue_up(start_worker, server, queue, labels, log, 0.05)).values())
     assert [pid_of(entry) for entry in server.lrange(queue, 0, -1)] == [w.pid for w in waiters]
 
     await holder.release()
@@ -180,12 +189,7 @@ async def test_a_killed_waiter_in_the_fair_queue_is_skipped_at_once(
     queue = f"{prefix}:{{printer}}:queue"
     holder = (await make_family()).fair_lock("printer")
     await holder.acquire()
-    waiters = {}
-    for label in ("first", "crashed", "third"):
-        turn = ["--label", label, "--log", str(log), "--hold", "0.3"]
-        waiters[label] = start_worker("fair", "printer", *turn)
-        assert await next_line(waiters[label]) == "WAITING"
-        await eventually(lambda n=len(waiters): server.llen(queue) == n)
+    waiters = await queue_up(start_worker, server, queue, ["first", "crashed", "third"], log, 0.3)
     crashed = waiters.pop("crashed")
     kill(crashed)
 
