@@ -19,7 +19,7 @@ import sys
 import time
 
 import redlease
-from proc_common import lock_arguments, say
+from proc_common import lock_arguments, run_flavour, say
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -95,9 +95,7 @@ async def run_async(options: argparse.Namespace) -> int:
 
 def main(argv: list[str]) -> int:
     options = parse(argv)
-    if options.flavor == "async":
-        return asyncio.run(run_async(options))
-    return run_sync(options)
+    return run_flavour(options, run_sync, run_async)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 
 def say(line: str) -> None:
@@ -20,3 +23,14 @@ def lock_arguments(*first: str) -> argparse.ArgumentParser:
     parser.add_argument("name")
     parser.add_argument("--flavor", choices=["sync", "async"], default="sync")
     return parser
+
+
+def run_flavour(
+    options: argparse.Namespace,
+    run_sync: Callable[[argparse.Namespace], int],
+    run_async: Callable[[argparse.Namespace], Coroutine[Any, Any, int]],
+) -> int:
+    """The process's exit status, from the run of the flavour ``--flavor`` names."""
+    if options.flavor == "async":
+        return asyncio.run(run_async(options))
+    return run_sync(options)

@@ -15,9 +15,14 @@ import asyncio
 import sys
 
 import redlease
-from proc_common import lock_arguments, say
+from proc_common import lock_arguments, run_flavour, say
 
 WAIT_S = 30.0
+
+
+def ended(word: str, status: int) -> int:
+    say(word)
+    return status
 
 
 def run_sync(options: argparse.Namespace) -> int:
@@ -28,11 +33,9 @@ def run_sync(options: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             say("INTERRUPTED")
         except redlease.LockTimeout:
-            say("TIMEOUT")
-            return 2
+            return ended("TIMEOUT", 2)
         else:
-            say("ACQUIRED")
-            return 1
+            return ended("ACQUIRED", 1)
         sys.stdin.readline()
     return 0
 
@@ -49,11 +52,9 @@ async def run_async(options: argparse.Namespace) -> int:
                 task.uncancel()
             say("INTERRUPTED")
         except redlease.LockTimeout:
-            say("TIMEOUT")
-            return 2
+            return ended("TIMEOUT", 2)
         else:
-            say("ACQUIRED")
-            return 1
+            return ended("ACQUIRED", 1)
         await asyncio.to_thread(sys.stdin.readline)
     return 0
 
@@ -61,9 +62,7 @@ async def run_async(options: argparse.Namespace) -> int:
 def main(argv: list[str]) -> int:
     parser = lock_arguments()
     options = parser.parse_args(argv)
-    if options.flavor == "async":
-        return asyncio.run(run_async(options))
-    return run_sync(options)
+    return run_flavour(options, run_sync, run_async)
 
 
 if __name__ == "__main__":

@@ -11,12 +11,11 @@ right after one another. Releases and exits 0; ``TIMEOUT`` (status 2) if it gave
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 import time
 
 import redlease
-from proc_common import lock_arguments, say
+from proc_common import lock_arguments, run_flavour, say
 
 
 def report(lease: redlease.Lease, server_ms: int) -> None:
@@ -59,9 +58,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--ttl", type=float, default=5.0)
     parser.add_argument("--fair", action="store_true")
     options = parser.parse_args(argv)
-    if options.flavor == "async":
-        return asyncio.run(run_async(options))
-    return run_sync(options)
+    return run_flavour(options, run_sync, run_async)
 
 
 if __name__ == "__main__":

@@ -90,6 +90,15 @@ def warm_up_scripts(url: str) -> None:
             admin.delete(key)
 
 
+async def refusal_of(lock: Any) -> str:
+    """Why ``lock.acquire`` failed at once: an error naming the lock, not "busy"."""
+    with pytest.raises(redlease.LockError) as raised:
+        await lock.acquire(timeout=2)
+    assert not isinstance(raised.value, redlease.LockTimeout), "reported as busy"
+    assert lock.name in str(raised.value)
+    return str(raised.value)
+
+
 # --- authentication and permissions --------------------------------------------------
 
 
@@ -103,13 +112,8 @@ async def test_a_missing_or_wrong_password_is_named_and_writes_nothing(
     lock = locks.lock("payroll")
 
     started = time.monotonic()
-    with pytest.raises(redlease.LockError) as raised:
-        await lock.acquire(timeout=2)
-    message = str(raised.value)
-
+    message = await refusal_of(lock)
     assert time.monotonic() - started < 1.5, "an auth failure is final: no waiting or retrying"
-    assert not isinstance(raised.value, redlease.LockTimeout), "reported as busy"
-    assert "payroll" in message
     assert "auth" in message.lower() or "password" in message.lower(), message
     assert "unreachable" not in message, f"the server was reached and refused us: {message}"
     with redis.Redis(port=secured.port, password=PASSWORD) as admin:
@@ -133,12 +137,7 @@ async def test_a_user_without_permission_gets_a_permission_error(
     locks = await make_locks(f"redis://locker:pw@127.0.0.1:{server.port}/0")
     lock = locks.lock("payroll")
 
-    with pytest.raises(redlease.LockError) as raised:
-        await lock.acquire(timeout=2)
-    message = str(raised.value)
-
-    assert not isinstance(raised.value, redlease.LockTimeout), "reported as busy"
-    assert "payroll" in message
+    message = await refusal_of(lock)
     assert "permission" in message.lower(), message
     assert named in message.lower(), message
     with redis.Redis(port=server.port) as admin:
@@ -274,12 +273,7 @@ async def test_a_read_only_replica_refuses_clearly_and_nothing_is_written(
     (replica,) = redlease_servers_factory(1, "--replicaof", "127.0.0.1", str(master.port))
     lock = (await make_locks(replica.url)).lock("payroll")
 
-    with pytest.raises(redlease.LockError) as raised:
-        await lock.acquire(timeout=2)
-    message = str(raised.value)
-
-    assert not isinstance(raised.value, redlease.LockTimeout), "reported as busy"
-    assert "payroll" in message
+    message = await refusal_of(lock)
     assert "read only" in message.lower() or "readonly" in message.lower(), message
     for server in (master, replica):
         with redis.Redis(port=server.port) as plain:
@@ -296,12 +290,7 @@ async def test_out_of_memory_under_noeviction_is_an_error_with_no_partial_lock(
                 plain.set(f"ballast:{index}", b"x" * 10_000)
         lock = (await make_locks(full.url)).lock("payroll")
 
-        with pytest.raises(redlease.LockError) as raised:
-            await lock.acquire(timeout=2)
-        message = str(raised.value)
-
-        assert not isinstance(raised.value, redlease.LockTimeout), "reported as busy"
-        assert "payroll" in message
+        message = await refusal_of(lock)
         assert "memory" in message.lower(), message
         assert not plain.exists(lock.keys.lease)
         assert not plain.exists(lock.keys.fence)

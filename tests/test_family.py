@@ -139,6 +139,15 @@ def by_acquired(turn: list[str]) -> float:
     return float(turn[2])
 
 
+async def held_fair_lock(
+    make_family: Any, prefix: str, tmp_path: Any, name: str
+) -> tuple[Any, str, Any]:
+    """The turns log, the queue key and a client's fair lock ``name``, held."""
+    holder = (await make_family()).fair_lock(name)
+    await holder.acquire()
+    return tmp_path / "turns.log", f"{prefix}:{{{name}}}:queue", holder
+
+
 async def queue_up(
     start_worker: Any, server: Any, queue: str, labels: list[str], log: Any, hold: float
 ) -> dict[str, subprocess.Popen[str]]:
@@ -164,10 +173,7 @@ def pid_of(queue_entry: str) -> int:
 async def test_fair_lock_serves_waiting_processes_in_arrival_order(
     make_family, start_worker, server, prefix, tmp_path
 ):
-    log = tmp_path / "turns.log"
-    queue = f"{prefix}:{{counter}}:queue"
-    holder = (await make_family()).fair_lock("counter")
-    await holder.acquire()
+    log, queue, holder = await held_fair_lock(make_family, prefix, tmp_path, "counter")
     labels = [str(arrival) for arrival in range(5)]
     waiters = list((await queue_up(start_worker, server, queue, labels, log, 0.05)).values())
     assert [pid_of(entry) for entry in server.lrange(queue, 0, -1)] == [w.pid for w in waiters]
@@ -185,10 +191,7 @@ async def test_fair_lock_serves_waiting_processes_in_arrival_order(
 async def test_a_killed_waiter_in_the_fair_queue_is_skipped_at_once(
     make_family, start_worker, server, prefix, tmp_path
 ):
-    log = tmp_path / "turns.log"
-    queue = f"{prefix}:{{printer}}:queue"
-    holder = (await make_family()).fair_lock("printer")
-    await holder.acquire()
+    log, queue, holder = await held_fair_lock(make_family, prefix, tmp_path, "printer")
     waiters = await queue_up(start_worker, server, queue, ["first", "crashed", "third"], log, 0.3)
     crashed = waiters.pop("crashed")
     kill(crashed)
