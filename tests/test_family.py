@@ -139,6 +139,17 @@ def by_acquired(turn: list[str]) -> float:
     return float(turn[2])
 
 
+async def hand_over(held: Any, waiting: Any, next_lock: Any, server: Any, queue: str) -> None:
+    """Release ``held``: the task ``waiting`` for ``next_lock`` gets it within a second,
+    and once that is released too, the queue is empty."""
+    released_at = time.monotonic()
+    await held.release()
+    await asyncio.wait_for(waiting, 2.0)
+    assert time.monotonic() - released_at < 1.0
+    await next_lock.release()
+    assert server.llen(queue) == 0
+
+
 async def held_fair_lock(
     make_family: Any, prefix: str, tmp_path: Any, name: str
 ) -> tuple[Any, str, Any]:
@@ -226,12 +237,7 @@ async def test_a_fair_waiter_that_times_out_leaves_no_trace_and_does_not_stall_t
     assert len(channels_left(server, prefix)) <= 2, "one channel per waiting client, no more"
     assert server.llen(queue) == 1
 
-    released_at = time.monotonic()
-    await holder.fair_lock("desk").release()
-    await asyncio.wait_for(waiting, 2.0)
-    assert time.monotonic() - released_at < 1.0
-    await desk.release()
-    assert server.llen(queue) == 0
+    await hand_over(holder.fair_lock("desk"), waiting, desk, server, queue)
     assert len(channels_left(server, prefix)) <= 2
 
 
@@ -258,12 +264,7 @@ async def test_a_cancelled_fair_waiter_leaves_no_trace_and_does_not_stall_the_qu
         assert quitter._notifier.waiting() == 0
         assert len(channels_left(server, prefix)) <= 2, "one channel per waiting client"
 
-        released_at = time.monotonic()
-        await holder.fair_lock("desk").release()
-        await asyncio.wait_for(waiting, 2.0)
-        assert time.monotonic() - released_at < 1.0
-        await desk.release()
-        assert server.llen(queue) == 0
+        await hand_over(holder.fair_lock("desk"), waiting, desk, server, queue)
         assert not server.exists(f"{prefix}:{{desk}}")
     await eventually(lambda: channels_left(server, prefix) == [], within=1.0)
 
