@@ -363,3 +363,21 @@ def run_redlease(*args: str, url: str | None, timeout: float) -> subprocess.Comp
         text=True,
         timeout=timeout,
     )
+
+
+async def held_with_a_waiter(
+    make: Callable[[], Awaitable[Any]],
+    name: str,
+    lease_ttl: float,
+    timeout: float,
+    waiting: dict[str, Any] | None = None,
+) -> tuple[Any, Any, Any, asyncio.Task[Any]]:
+    """Two new clients from ``make``: the first holds ``name`` (a renewing lease of
+    ``lease_ttl``), the second waits for it (owner ``"w"``, lock options ``waiting``) in a
+    task, subscribed already. The holder, the waiting client, the lease and the task."""
+    holder, other = await make(), await make()
+    lease = await holder.lock(name, ttl=lease_ttl, renew=True).acquire()
+    waiting_lock = other.lock(name, owner="w", **(waiting or {}))
+    waiter = asyncio.create_task(waiting_lock.acquire(timeout=timeout))
+    assert await eventually(lambda: len(other._notifier.channels()) == 1, 5)
+    return holder, other, lease, waiter

@@ -27,6 +27,7 @@ from conftest import (
     RENEWAL_ROUND_TRIPS,
     allowing,
     eventually,
+    held_with_a_waiter,
     release_all,
     renewed_or_lost,
     renewing_ttl,
@@ -276,14 +277,11 @@ async def test_multi_locks_in_opposite_orders_do_not_deadlock(make_cluster_locks
 async def test_holder_waiter_and_renewal_follow_a_graceful_failover(
     make_cluster_locks, cluster, prefix, round_trip
 ):
-    holder = await make_cluster_locks()
-    waiting = await make_cluster_locks()
     key = f"{prefix}:{{payroll}}"
     ttl = renewing_ttl(round_trip, quiet=3)
-    lease = await holder.lock("payroll", ttl=ttl, renew=True).acquire()
-    waiting_lock = waiting.lock("payroll", owner="w", ttl=ttl, renew=True)
-    waiter = asyncio.create_task(waiting_lock.acquire(timeout=30))
-    assert await eventually(lambda: len(waiting._notifier.channels()) == 1, 5)
+    holder, waiting, lease, waiter = await held_with_a_waiter(
+        make_cluster_locks, "payroll", ttl, 30, {"ttl": ttl, "renew": True}
+    )
     old_master = cluster.master_for_key(key)
 
     new_master = await asyncio.to_thread(cluster.failover, old_master)
@@ -313,7 +311,7 @@ async def test_holder_waiter_and_renewal_follow_a_graceful_failover(
     assert await eventually(
         lambda: value_on_master(cluster, key) == handed.token or handed.lost, 5
     ), "the waiter's lease is neither on the slot's master nor reported lost"
-    await waiting_lock.release()
+    await waiting.lock("payroll", owner="w").release()
 
 
 @pytest.mark.timeout(120)

@@ -21,7 +21,7 @@ import redis
 import redis.asyncio.sentinel
 import redis.sentinel
 
-from conftest import allowing, eventually, renewing_ttl, token_in
+from conftest import allowing, eventually, held_with_a_waiter, renewing_ttl, token_in
 from redlease import NotReplicated, ReleaseOutcome
 from redlease.topology import LocalSentinel
 
@@ -96,16 +96,14 @@ async def test_locks_work_through_a_sentinel_managed_client(
 async def test_lock_held_across_a_failover_stays_held_and_goes_to_the_waiter(
     make_sentinel_locks, redlease_sentinel, prefix, round_trip
 ):
-    holder = await make_sentinel_locks()
-    waiting = await make_sentinel_locks()
     key = f"{prefix}:{{invoice}}"
     # The TTL must outlast the failover itself (about 2 s here): a lease whose TTL runs out
     # while the sentinels elect a new master is lost, and reported lost.
     ttl = renewing_ttl(round_trip, quiet=6)
-    lease = await holder.lock("invoice", ttl=ttl, renew=True).acquire()
-    waiter = asyncio.create_task(waiting.lock("invoice", owner="w").acquire(timeout=15))
+    holder, waiting, lease, waiter = await held_with_a_waiter(
+        make_sentinel_locks, "invoice", ttl, 15
+    )
     try:
-        assert await eventually(lambda: len(waiting._notifier.channels()) == 1, 5)
         old_address = redlease_sentinel.master_address()
 
         new_address = await asyncio.to_thread(redlease_sentinel.failover)
