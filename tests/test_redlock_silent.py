@@ -10,6 +10,7 @@ own deadline can keep a step short.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -20,6 +21,8 @@ import redis
 import redlease
 from conftest import SyncLocksAdapter, measure_round_trip
 from redlease.chaos.proxy import Link, Mode, ProxyHub
+from redlease.core.redlock import ROUND_FLOOR_S
+from redlease.server import EmbeddedServer
 
 pytestmark = [pytest.mark.redlock, pytest.mark.timeout(120)]
 
@@ -28,7 +31,10 @@ SOCKET_TIMEOUT_S = 5.0
 
 
 def redlock_over(flavor: str, links: list[Link], prefix: str) -> Any:
-    urls = [link.url for link in links]
+    return redlock_over_urls(flavor, [link.url for link in links], prefix)
+
+
+def redlock_over_urls(flavor: str, urls: list[str], prefix: str) -> Any:
     if flavor == "async":
         clients: list[Any] = [
             redis.asyncio.Redis.from_url(url, socket_timeout=SOCKET_TIMEOUT_S) for url in urls
@@ -41,8 +47,12 @@ def redlock_over(flavor: str, links: list[Link], prefix: str) -> Any:
 
 
 @pytest.fixture
-def links(redlease_servers_factory: Any) -> Iterator[list[Link]]:
-    masters = redlease_servers_factory(3)
+def masters(redlease_servers_factory: Any) -> list[EmbeddedServer]:
+    return list(redlease_servers_factory(3))
+
+
+@pytest.fixture
+def links(masters: list[EmbeddedServer]) -> Iterator[list[Link]]:
     with ProxyHub() as hub:
         yield [hub.link("127.0.0.1", server.port) for server in masters]
 
@@ -88,9 +98,9 @@ async def test_a_silent_majority_is_unavailable_within_the_timeout(links, flavor
     try:
         started = time.monotonic()
         with pytest.raises(redlease.ServerUnavailable, match="1 of 3 masters answered"):
-            await redlock.lock("job", ttl=TTL_S).acquire(timeout=1)
+            await redlock.lock("job").acquire(timeout=1)  # a 30 s lease: its validity is long
         took = time.monotonic() - started
-        assert took < 1 + TTL_S, f"acquire(timeout=1) gave up after {took:.2f} s"
+        assert took < 1 + ROUND_FLOOR_S + 1, f"acquire(timeout=1) gave up after {took:.2f} s"
     finally:
         for link in links:
             link.set()
@@ -123,3 +133,109 @@ async def test_a_lock_held_elsewhere_still_says_so(links, flavor, prefix):
     finally:
         await holder.aclose()
         await redlock.aclose()
+
+
+async def test_a_far_master_keeps_counting_when_a_near_one_goes_silent(links, flavor, prefix):
+    links[2].set(delay=0.025)  # a healthy master further away than the other two
+    redlock = redlock_over(flavor, links, prefix)
+    try:
+        lease = await redlock.lock("far", ttl=TTL_S, renew=True).acquire(timeout=5)
+        links[0].set(mode=Mode.BLACKHOLE)
+        await asyncio.sleep(1.5 * TTL_S)
+        assert not lease.lost, f"the far master did not count: {lease.lost_reason}"
+        await redlock.lock("other", ttl=TTL_S).acquire(timeout=1)
+    finally:
+        for link in links:
+            link.set()
+        await redlock.aclose()
+
+
+async def test_connections_the_masters_closed_while_idle_are_replaced(
+    masters, links, flavor, prefix
+):
+    redlock = redlock_over(flavor, links, prefix)
+    try:
+        lock = redlock.lock("idle", ttl=10)
+        await lock.acquire()
+        for server in masters:
+            with redis.Redis(port=server.port) as admin:
+                admin.config_set("timeout", 1)
+        await asyncio.sleep(2.5)  # every kept connection is closed by its master
+        await lock.extend(10)
+        assert await lock.release() is redlease.ReleaseOutcome.RELEASED
+        await redlock.lock("idle", ttl=10).acquire(timeout=0)
+    finally:
+        for server in masters:
+            with redis.Redis(port=server.port) as admin:
+                admin.config_set("timeout", 0)
+        await redlock.aclose()
+
+
+async def test_extend_with_a_silent_majority_ends_by_the_deadline_and_says_why(
+    links, flavor, prefix
+):
+    redlock = redlock_over(flavor, links, prefix)
+    try:
+        lock = redlock.lock("short", ttl=1)
+        lease = await lock.acquire()
+        for link in links[:2]:
+            link.set(mode=Mode.BLACKHOLE)
+        started = time.monotonic()
+        with pytest.raises(redlease.LeaseLost, match="could not be confirmed"):
+            await lock.extend(30)
+        took = time.monotonic() - started
+        assert took < 1 + 0.5, f"extend waited {took:.2f} s for a lease with 1 s left"
+        assert "could not be confirmed" in (lease.lost_reason or "")
+    finally:
+        for link in links:
+            link.set()
+        await redlock.aclose()
+
+
+async def test_release_does_not_wait_on_a_master_frozen_after_its_connection_broke(
+    masters, links, flavor, prefix
+):
+    redlock = redlock_over(flavor, links, prefix)
+    frozen = masters[2]
+    try:
+        lock = redlock.lock("frozen", ttl=5)
+        await lock.acquire()
+        with redis.Redis(port=frozen.port) as admin:
+            admin.client_kill_filter(_type="normal", skipme=True)
+        frozen.pause()
+        outcome, took = await timed(lock.release())
+        assert outcome is redlease.ReleaseOutcome.RELEASED
+        assert took < 1.0, f"release took {took:.2f} s with one master frozen"
+    finally:
+        frozen.resume()
+        await redlock.aclose()
+
+
+async def test_a_foreign_fence_counter_on_a_majority_is_named_not_unreachable(
+    masters, flavor, prefix
+):
+    redlock = redlock_over_urls(flavor, [server.url for server in masters], prefix)
+    try:
+        fence = redlock.lock("odd").keys.fence
+        for server in masters[:2]:
+            with redis.Redis(port=server.port) as admin:
+                admin.set(fence, "abc")
+        with pytest.raises(redlease.WrongKeyType):
+            await redlock.lock("odd").acquire(timeout=1)
+    finally:
+        await redlock.aclose()
+
+
+def test_one_connection_is_opened_at_a_time_per_silent_master(links, prefix):
+    links[0].set(mode=Mode.BLACKHOLE)
+    redlock = redlease.Redlock([link.url for link in links], prefix=prefix)
+    try:
+        with redlock.lock("held", ttl=10):
+            threads = threading.active_count()
+            with pytest.raises(redlease.LockTimeout):
+                redlock.lock("held", owner="other", ttl=TTL_S).acquire(timeout=2)
+            grown = threading.active_count() - threads
+            assert grown <= 1, f"{grown} more threads after retrying with one master silent"
+    finally:
+        links[0].set()
+        redlock.close()

@@ -77,7 +77,7 @@ def ttl_to_ms(ttl: object, what: str = "ttl", least_ms: int = MIN_TTL_MS) -> int
     if not math.isfinite(ttl) or ttl <= 0:
         raise InvalidArgument(f"{what} must be a positive, finite number of seconds, got {ttl!r}")
     ms = round(ttl * 1000)
-    if ms < least_ms:
+    if ttl * 1000 < least_ms:  # before rounding: 9.5 ms is under 10 ms
         raise InvalidArgument(f"{what} must be at least {least_ms} ms, got {ttl!r} s")
     if ms > MAX_TTL_MS:
         raise InvalidArgument(f"{what} of {ttl!r} s is too long")

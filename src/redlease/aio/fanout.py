@@ -2,10 +2,16 @@
 
 A Redlock round sends the same script to every master and counts the answers. Here it is
 sent to every master first and the answers are read as they come, so a round costs about
-one round trip, not one per master, with no thread pool; a master that does not answer
-holds the round up only until the others did (or the round's time is up). Each master
-gets a connection of its own, kept between rounds (the pool's bookkeeping per command
-costs more than the send itself), and rounds take turns on them.
+one round trip, not one per master, with no thread pool. Each master gets a connection of
+its own, kept between rounds (the pool's bookkeeping per command costs more than the send
+itself), and rounds take turns on them.
+
+A master that does not answer holds a round up only until enough others did and the
+stragglers had their time (see :func:`~redlease.core.redlock.straggler_deadline`): as long
+again as the majority took, twice what each master usually takes (learned from its answers,
+so a far but healthy master keeps counting), never past the round's time. A silent
+master's connection is dropped; a new one is opened in the background, one at a time, and
+the master counts as silent until it is open.
 """
 
 from __future__ import annotations
@@ -15,17 +21,36 @@ from collections.abc import Sequence
 from contextlib import suppress
 from typing import Any
 
-from redlease.aio._flavor import Guard, current_loop, open_connections, read_replies
+from redlease.aio._flavor import (
+    Guard,
+    abandon_opening,
+    await_openings,
+    current_loop,
+    opened,
+    read_replies,
+    start_opening,
+)
 from redlease.aio.scripts import Scripts
-from redlease.compat import NoScriptErrors
+from redlease.compat import ConnectionErrors, NoScriptErrors, TimeoutErrors
 from redlease.core.ops import RunScript
-from redlease.core.redlock import STRAGGLER_GRACE_S
+from redlease.core.redlock import RECONNECT_PAUSE_S, STRAGGLER_GRACE_S, learned
+
+CONNECT_ROUND_TRIPS = 3
+"""Opening a connection takes about this many round trips (TCP, then HELLO and SETINFO)."""
+FIRST_CONTACT_S = 0.25
+"""How long a round waits for a master it never heard from to connect, once enough others
+did (at most a tenth of the round's time): a far master joins from the first round, and
+a silent one costs this once per attempt to reach it."""
 
 
 class AsyncFanout:
     def __init__(self, targets: Sequence[Scripts]) -> None:
         self._targets = list(targets)
-        self._connections: list[Any] = [None] * len(self._targets)
+        count = len(self._targets)
+        self._connections: list[Any] = [None] * count
+        self._openings: list[Any] = [None] * count
+        self._usual_s: list[float | None] = [None] * count
+        self._quiet_until = [0.0] * count
         self._guard = Guard()
         self._loop: Any = None
 
@@ -36,55 +61,29 @@ class AsyncFanout:
         that failed, or did not answer in time, has the exception instead.
 
         Nothing waits past ``within`` seconds, nor much past the moment ``enough`` targets
-        answered (see :func:`~redlease.aio._flavor.read_replies`), connecting included: a
-        silent server costs a round nothing more, and its connection is dropped.
+        answered, connecting included. A kept connection that the server had closed (an
+        idle timeout) is replaced and the script sent again on the new one, once: the
+        scripts answer a repeat as they answered the first.
         """
         indexes = list(range(len(self._targets))) if only is None else list(only)
         ends = time.monotonic() + within
         async with self._guard:
             self._follow_loop()
-            replies: list[Any] = [None] * len(indexes)
-            for at, index in enumerate(indexes):
-                if self._targets[index].cluster:  # it routes by itself
-                    replies[at] = await _alone(self._targets[index], op)
-            await self._connect(indexes, replies, enough, ends - time.monotonic())
-            for at, index in enumerate(indexes):
-                if replies[at] is None:
-                    replies[at] = await self._send(index, op)
-            reading = [at for at, reply in enumerate(replies) if reply is None]
-            connections = [self._connections[indexes[at]] for at in reading]
-            within = max(ends - time.monotonic(), STRAGGLER_GRACE_S)  # for replies under way
-            answers = await read_replies(connections, min(enough, len(reading)), within)
-            for at, answer in zip(reading, answers, strict=True):
-                replies[at] = await self._answer(indexes[at], op, answer)
+            replies, stale = await self._round(op, indexes, enough, ends)
+            if stale:
+                answered = sum(1 for reply in replies if not isinstance(reply, Exception))
+                again, _ = await self._round(op, stale, max(enough - answered, 0), ends)
+                for index, reply in zip(stale, again, strict=True):
+                    replies[indexes.index(index)] = reply
             return replies
-
-    async def _connect(
-        self, indexes: list[int], replies: list[Any], enough: int, within: float
-    ) -> None:
-        """Open the connections the targets at ``indexes`` lack, at once; a target whose
-        connection could not be had in time gets the error as its reply."""
-        missing = [
-            at
-            for at, index in enumerate(indexes)
-            if replies[at] is None and self._connections[index] is None
-        ]
-        if not missing:
-            return
-        ready = sum(1 for reply in replies if reply is None) - len(missing)
-        clients: list[Any] = [self._targets[indexes[at]].client for at in missing]
-        pools = [client.connection_pool for client in clients]
-        opened = await open_connections(pools, max(enough - ready, 0), within)
-        for at, connection in zip(missing, opened, strict=True):
-            if isinstance(connection, Exception):
-                replies[at] = connection
-            else:
-                self._connections[indexes[at]] = connection
 
     async def close(self) -> None:
         async with self._guard:
             for index in range(len(self._connections)):
                 await self._drop(index)
+                opening, self._openings[index] = self._openings[index], None
+                if opening is not None:
+                    abandon_opening(opening)
 
     def _follow_loop(self) -> None:
         """Connections of an event loop that is over are dropped (not closed: they belong
@@ -93,6 +92,88 @@ class AsyncFanout:
         if loop is not self._loop:
             self._loop = loop
             self._connections = [None] * len(self._targets)
+            self._openings = [None] * len(self._targets)
+
+    async def _round(
+        self, op: RunScript, indexes: list[int], enough: int, ends: float
+    ) -> tuple[list[Any], list[int]]:
+        """The replies, and the targets whose kept connection turned out closed."""
+        replies: list[Any] = [None] * len(indexes)
+        for at, index in enumerate(indexes):
+            if self._targets[index].cluster:  # it routes by itself
+                replies[at] = await _alone(self._targets[index], op)
+        kept = {index for index in indexes if self._connections[index] is not None}
+        await self._connect(indexes, replies, enough, ends)
+        for at, index in enumerate(indexes):
+            if replies[at] is None:
+                replies[at] = await self._send(index, op)
+        reading = [at for at, reply in enumerate(replies) if reply is None]
+        connections = [self._connections[indexes[at]] for at in reading]
+        within = max(ends - time.monotonic(), STRAGGLER_GRACE_S)  # for replies under way
+        patience = 2 * self._slowest([indexes[at] for at in reading])
+        answers, took = await read_replies(connections, min(enough, len(reading)), within, patience)
+        for at, answer, seconds in zip(reading, answers, took, strict=True):
+            index = indexes[at]
+            if seconds is not None and not isinstance(answer, ConnectionErrors):
+                self._usual_s[index] = learned(self._usual_s[index], seconds)
+            replies[at] = await self._answer(index, op, answer)
+        stale = [
+            index
+            for index, reply in zip(indexes, replies, strict=True)
+            if index in kept and isinstance(reply, ConnectionErrors)
+        ]
+        return replies, stale
+
+    async def _connect(
+        self, indexes: list[int], replies: list[Any], enough: int, ends: float
+    ) -> None:
+        """Connections for the targets at ``indexes`` that lack one, opened at once in the
+        background; a target whose connection is not open in time gets an error as its
+        reply (its opening goes on, for a later round)."""
+        now = time.monotonic()
+        missing = [
+            at
+            for at, index in enumerate(indexes)
+            if replies[at] is None and self._connections[index] is None
+        ]
+        if not missing:
+            return
+        patience = 0.0
+        for at in missing:
+            index = indexes[at]
+            if self._openings[index] is None and now >= self._quiet_until[index]:
+                client: Any = self._targets[index].client
+                self._openings[index] = start_opening(client.connection_pool, ends - now)
+                if self._usual_s[index] is None:  # a first contact: how far is it?
+                    patience = min(FIRST_CONTACT_S, (ends - now) / 10)
+        opening = [indexes[at] for at in missing if self._openings[indexes[at]] is not None]
+        ready = sum(1 for reply in replies if reply is None) - len(missing)
+        await await_openings(
+            [self._openings[index] for index in opening],
+            max(enough - ready, 0),
+            ends - now,
+            max(patience, CONNECT_ROUND_TRIPS * self._slowest(opening)),
+        )
+        for at in missing:
+            replies[at] = self._take_opened(indexes[at])
+
+    def _take_opened(self, index: int) -> BaseException | None:
+        """``None`` once the target's new connection is in place; else the reply to give."""
+        opening = self._openings[index]
+        outcome = None if opening is None else opened(opening)
+        if outcome is None:
+            return TimeoutErrors[0]("no connection to this server yet (it did not answer)")
+        self._openings[index] = None
+        if isinstance(outcome, BaseException):
+            self._quiet_until[index] = time.monotonic() + RECONNECT_PAUSE_S
+            return outcome
+        self._connections[index], seconds = outcome
+        self._usual_s[index] = learned(self._usual_s[index], seconds / CONNECT_ROUND_TRIPS)
+        return None
+
+    def _slowest(self, indexes: list[int]) -> float:
+        """What the slowest of these targets usually takes to answer (0 when unknown)."""
+        return max((self._usual_s[index] or 0.0 for index in indexes), default=0.0)
 
     async def _send(self, index: int, op: RunScript) -> Any:
         """``None`` once sent on the target's connection; otherwise the error."""

@@ -11,33 +11,35 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
 
-from redlease.aio._flavor import concurrently, current_owner, fire, sleep
+from redlease.aio._flavor import current_owner, fire, sleep
 from redlease.aio.client import AsyncClient
 from redlease.aio.engine import AsyncEngine
 from redlease.aio.fanout import AsyncFanout
 from redlease.aio.handle import AsyncLeaseHandle
 from redlease.aio.renewer import AsyncRenewer
-from redlease.compat import ResponseErrors, TimeoutErrors
+from redlease.compat import ResponseErrors
 from redlease.core.hooks import Hooks, combine
 from redlease.core.lease import PAST_DEADLINE, Lease, ReleaseOutcome
 from redlease.core.ops import Claim, RunScript
 from redlease.core.owner import Owner, TokenFactory, random_token
 from redlease.core.protocol import (
+    NETWORK_ERRORS,
     RELEASED,
     TAKEN_OVER,
     Clock,
-    Flow,
     Grant,
+    acquire_error,
     alive,
     refused,
-    release_flow,
 )
 from redlease.core.redlock import (
+    ROUND_FLOOR_S,
+    STRAGGLER_GRACE_S,
     Tally,
     not_granted,
     quorum,
@@ -78,13 +80,18 @@ class AsyncRedlock(AsyncClient):
         ]
         self._quorum = quorum(len(self._masters))
         self._hooks = combine(hooks)
-        self._renewer = AsyncRenewer(self)
-        self._fanout = AsyncFanout([master._scripts for master in self._masters])
+        self._start_workers()
 
     def _after_fork(self) -> None:
         super()._after_fork()
+        self._start_workers()
+
+    def _start_workers(self) -> None:
+        """The renewal worker, and two fan-outs: renewals get their own connections, so no
+        amount of acquiring and releasing on the client can make them wait their turn."""
         self._renewer = AsyncRenewer(self)
         self._fanout = AsyncFanout([master._scripts for master in self._masters])
+        self._renewals_fanout = AsyncFanout([master._scripts for master in self._masters])
 
     def lock(
         self,
@@ -100,16 +107,14 @@ class AsyncRedlock(AsyncClient):
             self, name, ttl=ttl, renew=renew, timeout=timeout, blocking=blocking, owner=owner
         )
 
-    async def _each(self, flow: Callable[[], Flow], only: Sequence[int] | None = None) -> list[Any]:
-        """Run a fresh copy of ``flow`` on every master at once (or the masters at the
-        indexes ``only``); their replies or exceptions, in that order."""
-        masters = self._masters if only is None else [self._masters[index] for index in only]
-        if not masters:
-            return []
-        return await concurrently([_on(master, flow) for master in masters])
-
     async def _everywhere(
-        self, op: RunScript, only: Sequence[int] | None = None, *, enough: int, within: float
+        self,
+        op: RunScript,
+        only: Sequence[int] | None = None,
+        *,
+        enough: int,
+        within: float,
+        renewal: bool = False,
     ) -> list[Any]:
         """One script on every master (or those at ``only``) in one round trip from this
         thread: each reply, or the error that stands for it (a refusal as ServerRefused, no
@@ -119,7 +124,8 @@ class AsyncRedlock(AsyncClient):
         masters = [self._masters[index] for index in indexes]
         for master in masters:
             await master._on_this_loop()
-        replies = await self._fanout.run(op, indexes, enough=enough, within=within)
+        fanout = self._renewals_fanout if renewal else self._fanout
+        replies = await fanout.run(op, indexes, enough=enough, within=within)
         return [
             refused(op, reply) if isinstance(reply, ResponseErrors) else reply for reply in replies
         ]
@@ -133,7 +139,9 @@ class AsyncRedlock(AsyncClient):
         batches = renewal_calls(due)
         deadline = min(lease.expires_at for lease in due)
         replies = [
-            await self._everywhere(op, enough=self._quorum, within=deadline - self._clock())
+            await self._everywhere(
+                op, enough=self._quorum, within=deadline - self._clock(), renewal=True
+            )
             for _, op in batches
         ]
         per_master = [
@@ -147,20 +155,9 @@ class AsyncRedlock(AsyncClient):
         self._closed = True
         await self._renewer.stop()
         await self._fanout.close()
+        await self._renewals_fanout.close()
         for master in self._masters:
             await master.aclose()
-
-
-def _resend(reply: object) -> bool:
-    """A reply lost with its connection is asked for again; a silent master is not."""
-    return isinstance(reply, Exception) and not isinstance(reply, TimeoutErrors)
-
-
-def _on(master: AsyncEngine, flow: Callable[[], Flow]) -> Callable[[], Any]:
-    async def run() -> Any:
-        return await master._drive(flow())
-
-    return run
 
 
 class AsyncRedlockLock(AsyncLeaseHandle[AsyncRedlock]):
@@ -191,41 +188,50 @@ class AsyncRedlockLock(AsyncLeaseHandle[AsyncRedlock]):
         deadline = None if request.timeout is None else clock() + request.timeout
         delay = RETRY_DELAYS_S[0]
         while True:
-            grant, tally, why = await self._round(claim)
+            within = self._round_time(None if deadline is None else deadline - clock())
+            grant, tally, why = await self._round(claim, within)
             if grant is not None:
                 return self._settle(owner, grant, request, self._role)
             unanswered = tally.reachable < self._locks._quorum
-            if unanswered and not tally.silent:  # refused connections: no use retrying
-                raise ServerUnavailable(too_few_answers(self.name, tally, self._validity_ms))
+            if unanswered:
+                typed = [error for error in tally.errors if not isinstance(error, NETWORK_ERRORS)]
+                if typed:  # another program's value, a spent fence counter: say so
+                    raise typed[0]
+                if not tally.silent:  # refused connections: no use retrying
+                    raise ServerUnavailable(too_few_answers(self.name, tally, within * 1000))
             remaining = None if deadline is None else deadline - clock()
             if not request.blocking or (remaining is not None and remaining <= 0):
                 if unanswered:
-                    raise ServerUnavailable(too_few_answers(self.name, tally, self._validity_ms))
+                    raise ServerUnavailable(too_few_answers(self.name, tally, within * 1000))
                 raise LockTimeout(self.name, request.timeout if request.blocking else 0, why)
             pause = random.uniform(RETRY_DELAYS_S[0], delay)
             await sleep(pause if remaining is None else min(pause, remaining))
             delay = min(delay * 2, RETRY_DELAYS_S[1])
             claim = self._claim(self._locks._new_token(owner), "publish")
 
-    @property
-    def _validity_ms(self) -> float:
-        return validity_ms(0, self._ttl_ms)
+    def _round_time(self, budget: float | None) -> float:
+        """How long a round may wait for the masters: the lease's validity, and no longer
+        than the caller's ``budget`` (its remaining timeout) unless that is under
+        :data:`ROUND_FLOOR_S`."""
+        validity_s = validity_ms(0, self._ttl_ms) / 1000
+        return validity_s if budget is None else min(validity_s, max(budget, ROUND_FLOOR_S))
 
-    async def _round(self, claim: Claim) -> tuple[Grant | None, Tally, str | None]:
+    async def _round(self, claim: Claim, within: float) -> tuple[Grant | None, Tally, str | None]:
         """One round on every master: the grant, once a majority granted it in time and a
         majority holds a fence counter at least its fence; else what was granted is given
         back, with why it was no grant when another owner is not the reason.
 
-        No answer is awaited past the lease's validity. A failed round's token is never
-        used again (the next round draws a new one), so nothing a failed round left behind
-        can answer for a later lease.
+        No answer is awaited past ``within`` seconds (see :meth:`_round_time`). A failed
+        round's token is never used again (the next round draws a new one), so nothing a
+        failed round left behind can answer for a later lease.
         """
         locks, clock = self._locks, self._locks._clock
         started = clock()
-        ends = started + self._validity_ms / 1000
+        ends = started + within
         acquire = claim.acquire_op("0")
+        replies = await locks._everywhere(acquire, enough=locks._quorum, within=within)
         tally = tally_acquire(
-            await locks._everywhere(acquire, enough=locks._quorum, within=ends - started)
+            [acquire_error(acquire, self.keys, reply) or reply for reply in replies]
         )
         elapsed_ms = (clock() - started) * 1000
         why = not_granted(tally, elapsed_ms, self._ttl_ms)
@@ -263,10 +269,6 @@ class AsyncRedlockLock(AsyncLeaseHandle[AsyncRedlock]):
         replies = await self._locks._everywhere(
             lease._claim.release_op(withdraw=False), enough=self._locks._quorum, within=within
         )
-        lost = [index for index, reply in enumerate(replies) if _resend(reply)]
-        again = await self._locks._each(lambda: release_flow(lease._claim), lost)
-        for index, reply in zip(lost, again, strict=True):
-            replies[index] = reply  # a lost reply: the release (and its latch) answer again
         released = sum(1 for code in replies if isinstance(code, int) and code >= RELEASED)
         code = RELEASED if released >= self._locks._quorum else TAKEN_OVER
         outcome, callbacks = self._finish_release(lease, code)
@@ -284,13 +286,21 @@ class AsyncRedlockLock(AsyncLeaseHandle[AsyncRedlock]):
             (lease._claim.renew_kind, lease.token, ttl_ms),
         )
         validity = validity_ms(0, ttl_ms)
-        replies = await self._locks._everywhere(
-            renew, enough=self._locks._quorum, within=validity / 1000
-        )
-        kept = sum(1 for reply in replies if isinstance(reply, list) and int(reply[0]) == 1)
+        # past the lease's current deadline an answer comes too late to keep it
+        within = min(validity / 1000, max(lease.expires_at - started, STRAGGLER_GRACE_S))
+        quorum = self._locks._quorum
+        replies = await self._locks._everywhere(renew, enough=quorum, within=within)
+        answered = [reply for reply in replies if isinstance(reply, list)]
+        kept = sum(1 for reply in answered if int(reply[0]) == 1)
         in_time = (clock() - started) * 1000 < validity
-        result = (kept >= self._locks._quorum and in_time, started)
-        callbacks = self._finish_extend(lease, ttl_ms, result, self._role)
+        result = (kept >= quorum and in_time, started)
+        why = (
+            f"extend could not be confirmed: only {len(answered)} of {len(replies)} masters "
+            "answered before the lease's deadline"
+            if len(answered) < quorum
+            else "extend found the lease gone or owned by another on a majority of masters"
+        )
+        callbacks = self._finish_extend(lease, ttl_ms, result, self._role, why)
         if callbacks is not None:
             fire(lease, callbacks)
             raise LeaseLost(self.name, lease.lost_reason or "lost")

@@ -141,7 +141,12 @@ class LeasedBase(Generic[LocksT]):
         return outcome, [] if reason is None else lease._mark_lost(reason)
 
     def _finish_extend(
-        self, lease: Lease, ttl_ms: int, result: tuple[bool, float], role: str | None
+        self,
+        lease: Lease,
+        ttl_ms: int,
+        result: tuple[bool, float],
+        role: str | None,
+        why: str = "extend found the lease gone or owned by another",
     ) -> list[LostCallback] | None:
         """``None`` when extended; otherwise the lost-lease callbacks to fire before raising.
 
@@ -155,7 +160,7 @@ class LeasedBase(Generic[LocksT]):
             self._locks._reschedule(lease, sent_at)
             return None
         self._locks._renewals.unregister(lease)
-        return lease._mark_lost("extend found the lease gone or owned by another")
+        return lease._mark_lost(why)
 
     @staticmethod
     def _lost_at_exit(lease: Lease | None, outcome: ReleaseOutcome, body_failed: bool) -> None:

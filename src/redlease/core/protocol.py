@@ -342,6 +342,19 @@ EXPECTED_TYPES = {
 }
 
 
+def acquire_error(operation: RunScript, keys: LockKeys, reply: object) -> Exception | None:
+    """The typed error an acquire reply stands for (another program's value at a key, a
+    fence counter that gives no token), or ``None`` for a grant or a refusal."""
+    if not isinstance(reply, list) or not reply:
+        return None
+    status = int(reply[0])
+    if status == -1:
+        return _foreign(operation, reply)
+    if status == -2:
+        return fence_error(keys, text_of(reply[1]))
+    return None
+
+
 def _foreign(operation: RunScript, reply: list[Any]) -> WrongKeyType:
     """The error for a ``{-1, type, key index}`` reply: another program's value is there."""
     index = int(reply[2]) if len(reply) > 2 else 1

@@ -18,8 +18,15 @@ from redlease.core.protocol import NETWORK_ERRORS
 from redlease.errors import LockError
 
 STRAGGLER_GRACE_S = 0.01
-"""Once enough masters answered a round, the others get as long again as those took, and
-at least this long: a silent master never holds a round up, a slow one still counts."""
+"""Once enough masters answered a round, the others get as long again as those took, twice
+the slowest one's usual answer time, and at least this long: a silent master never holds a
+round up, a slow one still counts."""
+RECONNECT_PAUSE_S = 1.0
+"""A master whose connection could not be opened is not tried again for this long (its
+rounds count it silent at once): one opening at a time per master, never a pile of them."""
+ROUND_FLOOR_S = 1.0
+"""The least time a round may wait for the masters when the caller's ``timeout`` is shorter
+(or 0): one round trip to each, a far one included."""
 
 
 def quorum(masters: int) -> int:
@@ -77,15 +84,23 @@ def _at_least(reply: object, fence: int) -> bool:
     return False
 
 
-def straggler_deadline(started: float, enough_at: float, deadline: float) -> float:
-    """When a fan-out round stops waiting, once enough answers came in at ``enough_at``."""
-    return min(deadline, enough_at + max(STRAGGLER_GRACE_S, enough_at - started))
+def straggler_deadline(
+    started: float, enough_at: float, deadline: float, patience: float = 0.0
+) -> float:
+    """When a fan-out round stops waiting, once enough answers came in at ``enough_at``;
+    ``patience`` is what the slowest target usually takes (see :func:`learned`)."""
+    return min(deadline, enough_at + max(STRAGGLER_GRACE_S, enough_at - started, patience))
 
 
-def too_few_answers(name: str, tally: Tally, validity_ms: float) -> str:
-    """Why a lock could not be had when no majority answered."""
+def learned(known: float | None, seconds: float) -> float:
+    """A target's usual answer time, after one more answer that took ``seconds``."""
+    return seconds if known is None else 0.7 * known + 0.3 * seconds
+
+
+def too_few_answers(name: str, tally: Tally, waited_ms: float) -> str:
+    """Why a lock could not be had when no majority answered (within ``waited_ms``)."""
     needed = quorum(tally.masters)
-    in_time = f" in time (the lease's validity: {validity_ms:.0f} ms)" if tally.silent else ""
+    in_time = f" in time (waited {waited_ms:.0f} ms)" if tally.silent else ""
     return (
         f"could not acquire lock {name!r}: only {tally.reachable} of {tally.masters} masters "
         f"answered{in_time}, Redlock needs {needed}"

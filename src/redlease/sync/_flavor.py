@@ -166,29 +166,26 @@ def concurrently(calls: Sequence[Callable[[], T]]) -> list[T | BaseException]:
     return results
 
 
-def open_connections(pools: Sequence[Any], enough: int, within: float) -> list[object]:
-    """A new connection to each pool's server (or the error met opening it), all opened at
-    once (on the shared pool's threads) and waited for as :func:`read_replies` waits for
-    replies. The connections are the caller's, outside the pools; one opened too late is
-    closed when its opening ends, which its timeouts, lowered to ``within``, bound."""
+def start_opening(pool: Any, within: float) -> Future[tuple[Any, float]]:
+    """A new connection to ``pool``'s server, opened in the background within ``within``
+    seconds (its timeouts are lowered to that while it connects), on a daemon thread of
+    its own so that a silent server holds up neither a shared pool nor the interpreter's
+    exit: the future's result is the connection (the caller's, outside the pool) and the
+    seconds it took. See :func:`opened` and :func:`abandon_opening`."""
+    opening: Future[tuple[Any, float]] = Future()
+
+    def run() -> None:
+        try:
+            opening.set_result(_open(pool, within))
+        except BaseException as exc:
+            opening.set_exception(exc)
+
+    threading.Thread(target=run, name="redlease-connect", daemon=True).start()
+    return opening
+
+
+def _open(pool: Any, within: float) -> tuple[Any, float]:
     started = time.monotonic()
-    until = deadline = started + max(within, 0.0)
-    opening = [_io_pool().submit(_open, pool, within) for pool in pools]
-    pending = set(opening)
-    while True:
-        if len(opening) - len(pending) >= enough:
-            until = min(until, straggler_deadline(started, time.monotonic(), deadline))
-        remaining = until - time.monotonic()
-        if not pending or remaining <= 0:
-            break
-        _, pending = wait_futures(pending, remaining, return_when=FIRST_COMPLETED)
-    silent = RedisTimeoutError(f"no connection within {within:.3f} s")
-    for future in pending:
-        future.add_done_callback(_close_opened)
-    return [silent if future in pending else _result(future) for future in opening]
-
-
-def _open(pool: Any, within: float) -> Any:
     connection = pool.connection_class(**pool.connection_kwargs)
     bound = max(within, 0.001)
     kept = connection.socket_timeout, connection.socket_connect_timeout
@@ -200,33 +197,62 @@ def _open(pool: Any, within: float) -> Any:
     finally:
         connection.socket_timeout, connection.socket_connect_timeout = kept
     connection._sock.settimeout(kept[0])
-    return connection
+    return connection, time.monotonic() - started
 
 
-def _result(future: Future[Any]) -> object:
-    return future.exception() or future.result()
+def opened(opening: Future[tuple[Any, float]]) -> tuple[Any, float] | BaseException | None:
+    """``None`` while the connection is being opened; then it (and the seconds it took), or
+    the error that ended the opening."""
+    if not opening.done():
+        return None
+    return opening.exception() or opening.result()
 
 
-def _close_opened(future: Future[Any]) -> None:
-    if future.exception() is None:
-        future.result().disconnect()
+def abandon_opening(opening: Future[tuple[Any, float]]) -> None:
+    """An opening no one will use: its connection is closed once it is open."""
+    opening.add_done_callback(_close_opened)
 
 
-def read_replies(connections: Sequence[Any], enough: int, within: float) -> list[object]:
-    """The next reply on each connection (or the error met reading it), read as they come.
+def _close_opened(opening: Future[tuple[Any, float]]) -> None:
+    if opening.exception() is None:
+        opening.result()[0].disconnect()
+
+
+def await_openings(
+    openings: Sequence[Future[Any]], enough: int, within: float, patience: float
+) -> None:
+    """Wait for openings as :func:`read_replies` waits for replies."""
+    started = time.monotonic()
+    until = deadline = started + max(within, 0.0)
+    pending = {opening for opening in openings if not opening.done()}
+    while True:
+        if len(openings) - len(pending) >= enough:
+            until = min(until, straggler_deadline(started, time.monotonic(), deadline, patience))
+        remaining = until - time.monotonic()
+        if not pending or remaining <= 0:
+            return
+        _, pending = wait_futures(pending, remaining, return_when=FIRST_COMPLETED)
+
+
+def read_replies(
+    connections: Sequence[Any], enough: int, within: float, patience: float
+) -> tuple[list[object], list[float | None]]:
+    """The next reply on each connection (or the error met reading it), read as they come,
+    and the seconds each took (``None`` for none).
 
     The wait ends ``within`` seconds from now at the latest, and once ``enough`` replies
-    are in, at :func:`~redlease.core.redlock.straggler_deadline`; a connection still silent
-    then has a :class:`redis.exceptions.TimeoutError` instead (its reply may still come:
-    drop it).
+    are in, at :func:`~redlease.core.redlock.straggler_deadline` (``patience``: what the
+    slowest usually takes); a connection still silent then has a
+    :class:`redis.exceptions.TimeoutError` instead (its reply may still come: drop it).
     """
     started = time.monotonic()
     until = deadline = started + max(within, 0.0)
     replies: dict[int, object] = {}
+    took: dict[int, float] = {}
     waiting = dict(enumerate(connections))
     while True:
         if len(replies) >= enough:
-            until = min(until, straggler_deadline(started, time.monotonic(), deadline))
+            until = min(until, straggler_deadline(started, time.monotonic(), deadline, patience))
         remaining = until - time.monotonic()
         if not waiting or remaining <= 0:
             break
@@ -235,8 +261,10 @@ def read_replies(connections: Sequence[Any], enough: int, within: float) -> list
                 replies[index] = waiting.pop(index).read_response()
             except Exception as exc:
                 replies[index] = exc
+            took[index] = time.monotonic() - started
     silent = RedisTimeoutError(f"no reply within {within:.3f} s")
-    return [replies.get(index, silent) for index in range(len(connections))]
+    indexes = range(len(connections))
+    return [replies.get(index, silent) for index in indexes], [took.get(i) for i in indexes]
 
 
 def _readable(connections: dict[int, Any], timeout: float) -> list[int]:
