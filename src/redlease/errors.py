@@ -62,9 +62,14 @@ class WrongKeyType(LockError):
         self.found = found
         self.expected = expected
         super().__init__(
-            f"key {key!r} holds a {found}, but redlease needs a {expected} there; "
+            f"key {key!r} holds {_a(found)}, but redlease needs {_a(expected)} there; "
             "another program uses this key: choose another lock name or prefix"
         )
+
+
+def _a(thing: str) -> str:
+    """``thing`` with its indefinite article ("an integer counter", "a hash")."""
+    return f"{'an' if thing[:1].lower() in 'aeiou' else 'a'} {thing}"
 
 
 class NotReplicated(LockError):
