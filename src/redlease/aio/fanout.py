@@ -21,15 +21,14 @@ from collections.abc import Sequence
 from contextlib import suppress
 from typing import Any
 
-from redlease.aio._flavor import (
-    Guard,
+from redlease.aio._fanout_io import (
     abandon_opening,
     await_openings,
-    current_loop,
     opened,
     read_replies,
     start_opening,
 )
+from redlease.aio._flavor import Guard, current_loop
 from redlease.aio.scripts import Scripts
 from redlease.compat import ConnectionErrors, NoScriptErrors, TimeoutErrors
 from redlease.core.ops import RunScript

@@ -7,23 +7,19 @@ import functools
 import inspect
 import logging
 import os
-import select
 import sys
 import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from concurrent.futures import wait as wait_futures
 from typing import Any, Protocol, TypeVar
 
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from redlease.compat import ClusterClients
 from redlease.core.lease import Lease, LostCallback, run_callbacks
 from redlease.core.owner import Owner
-from redlease.core.redlock import straggler_deadline
 from redlease.errors import InvalidArgument
 
 logger = logging.getLogger("redlease")
@@ -164,119 +160,6 @@ def concurrently(calls: Sequence[Callable[[], T]]) -> list[T | BaseException]:
         except Exception as exc:
             results.append(exc)
     return results
-
-
-def start_opening(pool: Any, within: float) -> Future[tuple[Any, float]]:
-    """A new connection to ``pool``'s server, opened in the background within ``within``
-    seconds (its timeouts are lowered to that while it connects), on a daemon thread of
-    its own so that a silent server holds up neither a shared pool nor the interpreter's
-    exit: the future's result is the connection (the caller's, outside the pool) and the
-    seconds it took. See :func:`opened` and :func:`abandon_opening`."""
-    opening: Future[tuple[Any, float]] = Future()
-
-    def run() -> None:
-        try:
-            opening.set_result(_open(pool, within))
-        except BaseException as exc:
-            opening.set_exception(exc)
-
-    threading.Thread(target=run, name="redlease-connect", daemon=True).start()
-    return opening
-
-
-def _open(pool: Any, within: float) -> tuple[Any, float]:
-    started = time.monotonic()
-    connection = pool.connection_class(**pool.connection_kwargs)
-    bound = max(within, 0.001)
-    kept = connection.socket_timeout, connection.socket_connect_timeout
-    connection.socket_timeout, connection.socket_connect_timeout = (
-        bound if value is None else min(value, bound) for value in kept
-    )
-    try:
-        connection.connect()
-    finally:
-        connection.socket_timeout, connection.socket_connect_timeout = kept
-    connection._sock.settimeout(kept[0])
-    return connection, time.monotonic() - started
-
-
-def opened(opening: Future[tuple[Any, float]]) -> tuple[Any, float] | BaseException | None:
-    """``None`` while the connection is being opened; then it (and the seconds it took), or
-    the error that ended the opening."""
-    if not opening.done():
-        return None
-    return opening.exception() or opening.result()
-
-
-def abandon_opening(opening: Future[tuple[Any, float]]) -> None:
-    """An opening no one will use: its connection is closed once it is open."""
-    opening.add_done_callback(_close_opened)
-
-
-def _close_opened(opening: Future[tuple[Any, float]]) -> None:
-    if opening.exception() is None:
-        opening.result()[0].disconnect()
-
-
-def await_openings(
-    openings: Sequence[Future[Any]], enough: int, within: float, patience: float
-) -> None:
-    """Wait for openings as :func:`read_replies` waits for replies."""
-    started = time.monotonic()
-    until = deadline = started + max(within, 0.0)
-    pending = {opening for opening in openings if not opening.done()}
-    while True:
-        if len(openings) - len(pending) >= enough:
-            until = min(until, straggler_deadline(started, time.monotonic(), deadline, patience))
-        remaining = until - time.monotonic()
-        if not pending or remaining <= 0:
-            return
-        _, pending = wait_futures(pending, remaining, return_when=FIRST_COMPLETED)
-
-
-def read_replies(
-    connections: Sequence[Any], enough: int, within: float, patience: float
-) -> tuple[list[object], list[float | None]]:
-    """The next reply on each connection (or the error met reading it), read as they come,
-    and the seconds each took (``None`` for none).
-
-    The wait ends ``within`` seconds from now at the latest, and once ``enough`` replies
-    are in, at :func:`~redlease.core.redlock.straggler_deadline` (``patience``: what the
-    slowest usually takes); a connection still silent then has a
-    :class:`redis.exceptions.TimeoutError` instead (its reply may still come: drop it).
-    """
-    started = time.monotonic()
-    until = deadline = started + max(within, 0.0)
-    replies: dict[int, object] = {}
-    took: dict[int, float] = {}
-    waiting = dict(enumerate(connections))
-    while True:
-        if len(replies) >= enough:
-            until = min(until, straggler_deadline(started, time.monotonic(), deadline, patience))
-        remaining = until - time.monotonic()
-        if not waiting or remaining <= 0:
-            break
-        for index in _readable(waiting, remaining):
-            try:
-                replies[index] = waiting.pop(index).read_response()
-            except Exception as exc:
-                replies[index] = exc
-            took[index] = time.monotonic() - started
-    silent = RedisTimeoutError(f"no reply within {within:.3f} s")
-    indexes = range(len(connections))
-    return [replies.get(index, silent) for index in indexes], [took.get(i) for i in indexes]
-
-
-def _readable(connections: dict[int, Any], timeout: float) -> list[int]:
-    """The indexes of the connections with something to read, waiting up to ``timeout``."""
-    by_fd = {connection._sock.fileno(): index for index, connection in connections.items()}
-    if hasattr(select, "poll"):
-        poller = select.poll()
-        for fd in by_fd:
-            poller.register(fd, select.POLLIN | select.POLLPRI)
-        return [by_fd[fd] for fd, _ in poller.poll(timeout * 1000)]
-    ready, _, _ = select.select(list(by_fd), [], [], timeout)
-    return [by_fd[fd] for fd in ready]
 
 
 def is_cluster(client: Any) -> bool:

@@ -25,15 +25,14 @@ from typing import Any
 from redlease.compat import ConnectionErrors, NoScriptErrors, TimeoutErrors
 from redlease.core.ops import RunScript
 from redlease.core.redlock import RECONNECT_PAUSE_S, STRAGGLER_GRACE_S, learned
-from redlease.sync._flavor import (
-    Guard,
+from redlease.sync._fanout_io import (
     abandon_opening,
     await_openings,
-    current_loop,
     opened,
     read_replies,
     start_opening,
 )
+from redlease.sync._flavor import Guard, current_loop
 from redlease.sync.scripts import Scripts
 
 CONNECT_ROUND_TRIPS = 3
