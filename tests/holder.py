@@ -47,14 +47,8 @@ def held(lease: redlease.Lease) -> float:
     return entered
 
 
-def released(
-    options: argparse.Namespace,
-    lease: redlease.Lease,
-    entered: float,
-    outcome: redlease.ReleaseOutcome,
-) -> bool:
-    """Log the critical section and the release; whether the lease was lost."""
-    record(options, lease.fence, entered)
+def released(lease: redlease.Lease, outcome: redlease.ReleaseOutcome) -> bool:
+    """Report the release; whether the lease was lost."""
     say(f"RELEASED {outcome.value}")
     return lease.lost
 
@@ -71,7 +65,8 @@ def run_sync(options: argparse.Namespace) -> int:
                 return 2
             entered = held(lease)
             time.sleep(options.hold)
-            if released(options, lease, entered, lock.release()):
+            record(options, lease.fence, entered)  # the section ends before the release
+            if released(lease, lock.release()):
                 return 3
     return 0
 
@@ -88,7 +83,8 @@ async def run_async(options: argparse.Namespace) -> int:
                 return 2
             entered = held(lease)
             await asyncio.sleep(options.hold)
-            if released(options, lease, entered, await lock.release()):
+            record(options, lease.fence, entered)  # the section ends before the release
+            if released(lease, await lock.release()):
                 return 3
     return 0
 

@@ -23,7 +23,13 @@ local function draw_fence(key)
     if string.find(err, 'overflow', 1, true) then
       return nil, 'overflow'
     end
-    error(n)  -- not the counter's fault (a read-only replica, out of memory): say so as is
+    -- not the counter's fault (a read-only replica, out of memory): say so as is. Redis
+    -- before 7 cannot raise an error table from a script (its error handler garbles it),
+    -- so there the message is raised as a string.
+    if redis.REDIS_VERSION then
+      error(n)
+    end
+    error(n.err)
   end
   if n < 1 then
     redis.call('decr', key)  -- leave another program's value as it was found
