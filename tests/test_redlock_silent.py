@@ -101,6 +101,11 @@ async def test_a_silent_majority_is_unavailable_within_the_timeout(links, flavor
             await redlock.lock("job").acquire(timeout=1)  # a 30 s lease: its validity is long
         took = time.monotonic() - started
         assert took < 1 + ROUND_FLOOR_S + 1, f"acquire(timeout=1) gave up after {took:.2f} s"
+        started = time.monotonic()
+        with pytest.raises(redlease.ServerUnavailable, match="masters answered"):
+            await redlock.lock("other").acquire(blocking=False)
+        took = time.monotonic() - started
+        assert took < ROUND_FLOOR_S + 1, f"a non-blocking acquire gave up after {took:.2f} s"
     finally:
         for link in links:
             link.set()

@@ -65,8 +65,8 @@ class AsyncFanout:
         scripts answer a repeat as they answered the first.
         """
         indexes = list(range(len(self._targets))) if only is None else list(only)
-        ends = time.monotonic() + within
-        async with self._guard:
+        async with self._guard:  # the round's time starts once it has the connections
+            ends = time.monotonic() + within
             self._follow_loop()
             replies, stale = await self._round(op, indexes, enough, ends)
             if stale:

@@ -66,8 +66,8 @@ class Fanout:
         scripts answer a repeat as they answered the first.
         """
         indexes = list(range(len(self._targets))) if only is None else list(only)
-        ends = time.monotonic() + within
-        with self._guard:
+        with self._guard:  # the round's time starts once it has the connections
+            ends = time.monotonic() + within
             self._follow_loop()
             replies, stale = self._round(op, indexes, enough, ends)
             if stale:

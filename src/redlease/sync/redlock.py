@@ -187,7 +187,10 @@ class RedlockLock(LeaseHandle[Redlock]):
         deadline = None if request.timeout is None else clock() + request.timeout
         delay = RETRY_DELAYS_S[0]
         while True:
-            within = self._round_time(None if deadline is None else deadline - clock())
+            budget = (
+                0.0 if not request.blocking else None if deadline is None else deadline - clock()
+            )
+            within = self._round_time(budget)
             grant, tally, why = self._round(claim, within)
             if grant is not None:
                 return self._settle(owner, grant, request, self._role)
