@@ -431,9 +431,9 @@ async def test_a_cluster_node_url_without_cluster_true_is_followed(cluster, pref
     else:
         sync_locks = redlease.Locks(cluster.url, prefix=prefix)
         leases = await asyncio.to_thread(
-            lambda: [sync_locks.lock(name, ttl=10).acquire() for name in names]
-        )
-        await asyncio.to_thread(lambda: [sync_locks.lock(n).release() for n in names])
+            lambda: [sync_locks.lock(name, ttl=10, owner="test").acquire() for name in names]
+        )  # released from another executor thread: the owner is named, not the thread
+        await asyncio.to_thread(lambda: [sync_locks.lock(n, owner="test").release() for n in names])
         sync_locks.close()
     assert [lease.fence for lease in leases] == [1] * len(names)
 
