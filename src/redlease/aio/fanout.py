@@ -103,9 +103,10 @@ class AsyncFanout:
                 replies[at] = await _alone(self._targets[index], op)
         kept = {index for index in indexes if self._connections[index] is not None}
         await self._connect(indexes, replies, enough, ends)
+        packed: dict[tuple[object, ...], Any] = {}
         for at, index in enumerate(indexes):
             if replies[at] is None:
-                replies[at] = await self._send(index, op)
+                replies[at] = await self._send(index, op, packed)
         reading = [at for at, reply in enumerate(replies) if reply is None]
         connections = [self._connections[indexes[at]] for at in reading]
         within = max(ends - time.monotonic(), STRAGGLER_GRACE_S)  # for replies under way
@@ -174,12 +175,22 @@ class AsyncFanout:
         """What the slowest of these targets usually takes to answer (0 when unknown)."""
         return max((self._usual_s[index] or 0.0 for index in indexes), default=0.0)
 
-    async def _send(self, index: int, op: RunScript) -> Any:
-        """``None`` once sent on the target's connection; otherwise the error."""
+    async def _send(self, index: int, op: RunScript, packed: dict[tuple[object, ...], Any]) -> Any:
+        """``None`` once sent on the target's connection; otherwise the error.
+
+        Every master gets the same command: it is packed once per round (``packed``, by how
+        a connection packs), since packing costs about as much as the send.
+        """
         try:
             connection = self._connections[index]
-            keys = op.keys
-            command = connection.pack_command("EVALSHA", op.script.sha, len(keys), *keys, *op.args)
+            style = _packing_of(connection)
+            command = packed.get(style)
+            if command is None:
+                keys = op.keys
+                command = connection.pack_command(
+                    "EVALSHA", op.script.sha, len(keys), *keys, *op.args
+                )
+                packed[style] = command
             await connection.send_packed_command(command)
         except Exception as exc:
             await self._drop(index)
@@ -198,6 +209,16 @@ class AsyncFanout:
         if connection is not None:
             with suppress(Exception):  # a broken connection is dropped anyway
                 await connection.disconnect()
+
+
+def _packing_of(connection: Any) -> tuple[object, ...]:
+    """What decides the bytes a connection packs a command into: its packer and encoding."""
+    encoder = getattr(connection, "encoder", None)
+    return (
+        type(getattr(connection, "_command_packer", None)),
+        getattr(encoder, "encoding", None),
+        getattr(encoder, "encoding_errors", None),
+    )
 
 
 async def _alone(scripts: Scripts, op: RunScript) -> Any:
