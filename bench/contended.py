@@ -18,7 +18,7 @@ from typing import Any
 
 import redis
 
-from counting import delta, get_while_alive, server_commands
+from counting import delta, get_while_alive, server_commands, server_cpu_s
 from stats import percentile
 from uncontended import RTT_KEY, RTT_SCRIPT, evalsha_rtt
 from workers import WorkerSpec, contended_worker
@@ -80,7 +80,7 @@ def run_contended(
         sampler = _LoadedRtt(
             redis.Redis.from_url(url), time.monotonic() + duration_s + RESULT_GRACE_S
         )
-        before = server_commands(admin)
+        before, cpu_before = server_commands(admin), server_cpu_s(admin)
         start_at.value = time.monotonic() + START_DELAY_S
         go.set()
         sampler.start()
@@ -90,6 +90,7 @@ def run_contended(
         sampler.stopping.set()
         sampler.join(5.0)
         ran = delta(before, server_commands(admin))
+        server_cpu = server_cpu_s(admin) - cpu_before
     except queue.Empty:
         return {"error": f"{library}: a worker died or did not report in time", "workers": workers}
     finally:
@@ -104,7 +105,7 @@ def run_contended(
     ran["evalsha"] -= len(sampler.samples)
     counter = int(admin.get(counter_key) or 0)
     admin.close()
-    return analyse(reports, ran, counter, start_at.value, duration_s) | {
+    return analyse(reports, ran, counter, start_at.value, duration_s, server_cpu) | {
         "workers": workers,
         "idle_rtt_us": idle_rtt,
         "loaded_rtt_us": percentile(sampler.samples, 0.5),
@@ -117,6 +118,7 @@ def analyse(
     counter: int,
     begin: float,
     duration_s: float,
+    server_cpu_s: float,
 ) -> dict[str, Any]:
     """Merge the workers' logs on the shared clock into handoff, wait and overlap figures."""
     entries = sorted(
@@ -155,6 +157,7 @@ def analyse(
         "wait_p50_ms": percentile(waits, 0.5) * 1e3 if waits else None,
         "commands_per_acquire": sum(ran.values()) / total if total else None,
         "client_commands_per_acquire": sum(sent.values()) / total if total else None,
+        "server_cpu_us_per_acquire": server_cpu_s * 1e6 / total if total else None,
         "server_commands": dict(sorted(ran.items())),
         "client_commands": dict(sorted(sent.items())),
         "overlaps": overlaps,

@@ -82,6 +82,12 @@ def server_commands(client: redis.Redis) -> Counter[str]:
     return calls
 
 
+def server_cpu_s(client: redis.Redis) -> float:
+    """The server's CPU time so far (user and system, every thread), in seconds."""
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
 def delta(before: Counter[str], after: Counter[str]) -> Counter[str]:
     return Counter({k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)})
 

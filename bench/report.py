@@ -28,7 +28,12 @@ HANDOFF_KEYS = (
     "handoff_p50_loaded_rtt",
     "handoff_p99_loaded_rtt",
 )
-PER_ACQUIRE_KEYS = ("acquires_per_s", "commands_per_acquire", "client_commands_per_acquire")
+PER_ACQUIRE_KEYS = (
+    "acquires_per_s",
+    "commands_per_acquire",
+    "client_commands_per_acquire",
+    "server_cpu_us_per_acquire",
+)
 MEDIAN_OF_REPS = (
     *HANDOFF_KEYS,
     *PER_ACQUIRE_KEYS,

@@ -71,7 +71,7 @@ def _targets(result: dict[str, Any]) -> Iterator[tuple[str, Entry]]:
     yield from _uncontended(ours, redis_py)
     for workers, longest in CONTENDED_WAITS.items():
         yield from _contention(result, workers, longest)
-    yield from _commands(ours)
+    yield from _commands(ours, result)
     shown, value = _versus(
         ours.get("async_cycle_us"), redis_py.get("async_cycle_us"), " µs", "redis-py"
     )
@@ -123,7 +123,19 @@ def _contention(
     yield f"overlaps{workers}", entry(f"{workers} workers: 0 overlaps", shown, bad, 0, "<=")
 
 
-def _commands(ours: dict[str, Any]) -> Iterator[tuple[str, Entry]]:
+def _server_cpu(result: dict[str, Any], key: str, workers: int | None) -> str:
+    """The server's CPU per acquisition (or cycle), ours beside the peers': what the
+    command counts stand for."""
+    shown = []
+    for library in ("redlease", "redis-py", "python-redis-lock"):
+        row = result.get(library, {})
+        value = (_contended(result, library, workers) if workers else row).get(key)
+        if value is not None:
+            shown.append(f"{library} {num(value)}")
+    return f"; server CPU µs: {', '.join(shown)}" if shown else ""
+
+
+def _commands(ours: dict[str, Any], result: dict[str, Any]) -> Iterator[tuple[str, Entry]]:
     """Per contended acquisition: the worst over the worker counts measured."""
     nested = ours.get("contended", {})
     for key, limit, who in (
@@ -133,10 +145,13 @@ def _commands(ours: dict[str, Any]) -> Iterator[tuple[str, Entry]]:
         counts = {int(w): s.get(key) for w, s in nested.items() if s.get(key) is not None}
         worst = max(counts.values()) if counts else None
         shown = ", ".join(f"{num(v)} ({w} workers)" for w, v in sorted(counts.items()))
+        if who == "server" and counts:
+            shown += _server_cpu(result, "server_cpu_us_per_acquire", max(counts))
         target = f"{who} commands per contended acquisition ≤ {limit:g}"
         yield f"contended_{who}_commands", entry(target, shown, worst, limit, "<=")
     value = ours.get("cycle_server_commands")
     shown = f"{num(value)} server, {num(ours.get('cycle_client_commands'))} client"
+    shown += _server_cpu(result, "cycle_server_cpu_us", None)
     yield (
         "cycle_server_commands",
         entry("server commands per uncontended cycle ≤ 5", shown, value, 5.0, "<="),

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import redis
 import redis.asyncio
 
-from counting import client_commands, count_keys, delta, server_commands
+from counting import client_commands, count_keys, delta, server_commands, server_cpu_s
 from peers import LEASE_S, Session
 from plan import Plan
 from stats import median, ratio, rotated, with_spread
@@ -66,12 +66,14 @@ def cycle(session: Session, key: str, count: int, budget_s: float) -> Timed:
 
 def commands_per_cycle(session: Session, key: str, admin: redis.Redis) -> dict[str, object]:
     """Client and server commands of one uncontended cycle (exact counts, not timed)."""
-    before = server_commands(admin)
+    before, cpu_before = server_commands(admin), server_cpu_s(admin)
     with client_commands() as sent:
         for _ in range(COUNTED_CYCLES):
             session.cycle(key)
+    cpu_s = server_cpu_s(admin) - cpu_before
     ran = delta(before, server_commands(admin))
     return {
+        "cycle_server_cpu_us": cpu_s * 1e6 / COUNTED_CYCLES,
         "cycle_client_commands": sum(sent.values()) / COUNTED_CYCLES,
         "cycle_server_commands": sum(ran.values()) / COUNTED_CYCLES,
         "cycle_commands_breakdown": {k: v / COUNTED_CYCLES for k, v in sorted(ran.items())},
