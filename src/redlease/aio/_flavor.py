@@ -10,8 +10,6 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-
 from redlease.compat import AsyncClusterClients, library_of
 from redlease.core.lease import Lease, LostCallback, run_callbacks
 from redlease.core.owner import Owner
@@ -71,6 +69,12 @@ class Wakeup:
 
     def set(self) -> None:
         self._event.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def clear(self) -> None:
+        self._event.clear()
 
     async def wait(self, timeout: float | None) -> bool:
         try:
@@ -210,13 +214,6 @@ def prepare_pubsub(connection: Any) -> None:
     """The reader awaits pushes for as long as it takes: no socket timeout, RESP2 frames."""
     connection.socket_timeout = None
     connection.protocol = 2
-
-
-async def read_push(connection: Any) -> object:
-    try:
-        return await connection.read_response()
-    except (OSError, AttributeError) as exc:
-        raise RedisConnectionError(f"pub/sub connection closed: {exc}") from exc
 
 
 class Worker:

@@ -26,11 +26,13 @@ async def run_flow(flow: Flow, scripts: Scripts, notifier: AsyncNotifier) -> Any
     waiter: AsyncWaiter | None = None
     reply: Any = None
     error: BaseException | None = None
+    settled = False
     try:
         while True:
             try:
                 operation = flow.throw(error) if error is not None else flow.send(reply)
             except StopIteration as finished:
+                settled = finished.value is not None
                 return finished.value
             error = None
             try:
@@ -58,4 +60,4 @@ async def run_flow(flow: Flow, scripts: Scripts, notifier: AsyncNotifier) -> Any
     finally:
         flow.close()
         if waiter is not None:
-            await waiter.close()
+            await waiter.close(settled)

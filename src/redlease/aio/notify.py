@@ -26,10 +26,10 @@ from redlease.aio._flavor import (
     master_moved,
     node_of,
     prepare_pubsub,
-    read_push,
     refresh_topology,
     sleep,
 )
+from redlease.aio._read_turn import ReadTurn, read_push, read_within
 from redlease.compat import ResponseErrors
 from redlease.core.ops import Claim
 from redlease.core.protocol import NETWORK_ERRORS, Clock, Handoff
@@ -40,6 +40,11 @@ from redlease.errors import ServerRefused
 logger = logging.getLogger("redlease")
 CONFIRM_TIMEOUT_S = 10.0
 SENTINEL_LINK = "sentinel"
+MAIN_LINK = "main"
+"""The link of a client that is not a cluster (see ``node_of``)."""
+STRAY_WINDOW_S = 1.0
+"""How long after a waiter left without its hand-off the reader keeps watching: a hand-off
+sent just before the waiter withdrew arrives by then, and is given back."""
 SWITCH_MASTER = "+switch-master"
 """What a sentinel publishes when it promoted a new master."""
 LINK_ERRORS: tuple[type[BaseException], ...] = (*NETWORK_ERRORS, ConnectionError)
@@ -61,11 +66,17 @@ class AsyncWaiter:
 
     async def wait(self, seconds: float) -> Handoff | None:
         """Sleep until a hand-off arrives or ``seconds`` pass; the hand-off, if any."""
-        await self.wakeup.wait(seconds)
+        left = await self.notifier.read_for(self, seconds)
+        if left > 0:
+            await self.wakeup.wait(left)
+        else:
+            self.wakeup.clear()
         return self.handoff
 
-    async def close(self) -> None:
-        await self.notifier.leave(self)
+    async def close(self, settled: bool = False) -> None:
+        """Stop waiting; ``settled``: the wait ended with the lock, so no hand-off can
+        still come for it."""
+        await self.notifier.leave(self, settled)
 
 
 class AsyncLink:
@@ -77,6 +88,7 @@ class AsyncLink:
         self.connection: Any = None  # redis-py's connection classes are untyped
         self.reader: Worker | None = None
         self.channels: set[str] = set()
+        self.turn = ReadTurn()
         self.stale = False
         """Set when the server moved: the reader must reconnect and resubscribe."""
 
@@ -99,6 +111,7 @@ class AsyncNotifier:
         self._links: dict[str, AsyncLink] = {}
         self._link_of: dict[str, AsyncLink] = {}
         self._closing = False
+        self._stray_until = 0.0
         self._guard = Guard()
 
     def channels(self) -> list[str]:
@@ -143,6 +156,7 @@ class AsyncNotifier:
                     raise
                 link.channels.add(channel)
                 self._link_of[channel] = link
+                link.turn.wake()
             confirmed = self._confirmed[channel]
         try:
             ok = await confirmed.wait(min(timeout, CONFIRM_TIMEOUT_S))
@@ -157,8 +171,10 @@ class AsyncNotifier:
             return None
         return waiter
 
-    async def leave(self, waiter: AsyncWaiter) -> None:
+    async def leave(self, waiter: AsyncWaiter, settled: bool = False) -> None:
         async with self._guard:
+            if waiter.claim is not None and waiter.handoff is None and not settled:
+                self._expect_strays(waiter.channel)
             if not self._book.remove(waiter):
                 return
         commands = await self._commands()
@@ -177,6 +193,7 @@ class AsyncNotifier:
     async def aclose(self) -> None:
         self._closing = True
         for link in list(self._links.values()):
+            link.turn.close()
             if link.reader is not None:
                 await link.reader.stop()
                 link.reader = None
@@ -219,6 +236,7 @@ class AsyncNotifier:
                 if link.connection is not None and link.name != SENTINEL_LINK:
                     link.stale = True
                     await link.connection.disconnect()
+                    link.turn.wake()
 
     async def _linked(self, name: str, connect: Callable[[], Any]) -> AsyncLink:
         link = self._links.get(name)
@@ -234,23 +252,78 @@ class AsyncNotifier:
         return link
 
     async def _read(self, link: AsyncLink) -> None:
-        while not self._closing:
-            connection = link.connection
-            if connection is None:
+        while not self._closing and link.connection is not None:
+            generation = link.turn.generation()
+            if not self._reader_needed(link):
+                link.turn.park(generation)
+            if not link.turn.begin_read():
                 return
             try:
-                if link.stale:
-                    raise ConnectionError("the server moved")
-                reply = await read_push(connection)
-            except ResponseErrors as exc:
-                await self._refused(exc)
-                continue
-            except LINK_ERRORS:
-                if self._closing or not await self._reconnect(link):
+                if not await self._read_once(link):
                     return
-                continue
-            if reply is not None:
-                await self._dispatch(reply)
+            finally:
+                link.turn.end_read()
+
+    async def _read_once(self, link: AsyncLink) -> bool:
+        """Read and handle one push, or the link's failure; False when the reader must end."""
+        connection = link.connection
+        if connection is None:
+            return False
+        try:
+            if link.stale:
+                raise ConnectionError("the server moved")
+            reply = await read_push(connection, link.turn)
+        except ResponseErrors as exc:
+            await self._refused(exc)
+            return True
+        except LINK_ERRORS:
+            return not self._closing and await self._reconnect(link)
+        if reply is not None:
+            await self._dispatch(reply)
+        return True
+
+    async def read_for(self, waiter: AsyncWaiter, seconds: float) -> float:
+        """Wait by reading the waiter's connection itself, when the turn can be taken (see
+        ``_read_turn``); the seconds still to wait to be woken instead (0 when done)."""
+        link = self._link_of.get(waiter.channel)
+        if link is None or not link.turn.take():
+            if link is not None:
+                link.turn.wake()
+            return seconds
+        ends = self._clock() + seconds
+        try:
+            while not waiter.wakeup.is_set() and (left := ends - self._clock()) > 0:
+                if link.stale or link.connection is None:
+                    raise ConnectionError("the server moved")
+                try:
+                    reply = await read_within(link.connection, left)
+                except ResponseErrors as exc:
+                    await self._refused(exc)
+                    continue
+                if reply is not None:
+                    await self._dispatch(reply)
+        except LINK_ERRORS:
+            link.turn.give()
+            link.turn.wake()  # the reader reconnects and wakes every waiter
+            return max(ends - self._clock(), 0.0)
+        link.turn.give()
+        return 0.0
+
+    def _reader_needed(self, link: AsyncLink) -> bool:
+        """Whether the reader must watch ``link`` (else it parks until woken). Always, but
+        on a plain server's link with no waiter besides one reading for itself, no
+        subscription to confirm and no hand-off that may reach a waiter that left."""
+        if link.name != MAIN_LINK or self._clock() < self._stray_until:
+            return True
+        if any(flag.pending() for flag in self._confirmed.values()):
+            return True
+        return len(self._book) > link.turn.direct_readers()
+
+    def _expect_strays(self, channel: str) -> None:
+        self._stray_until = self._clock() + STRAY_WINDOW_S
+        link = self._link_of.get(channel)
+        if link is not None:
+            link.turn.wake()
 
     async def _dispatch(self, reply: object) -> None:
         push = classify(reply)

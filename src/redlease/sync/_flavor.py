@@ -15,8 +15,6 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Protocol, TypeVar
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-
 from redlease.compat import ClusterClients
 from redlease.core.lease import Lease, LostCallback, run_callbacks
 from redlease.core.owner import Owner
@@ -57,6 +55,12 @@ class Wakeup:
 
     def set(self) -> None:
         self._event.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def clear(self) -> None:
+        self._event.clear()
 
     def wait(self, timeout: float | None) -> bool:
         try:
@@ -217,24 +221,11 @@ def forget_connections(client: Any) -> None:
 
 Guard = threading.RLock
 sleep = time.sleep
-READ_POLL_S = 0.25
 
 
 def prepare_pubsub(connection: Any) -> None:
     """RESP2 frames; the socket timeout stays, since the reader polls it briefly."""
     connection.protocol = 2
-
-
-def read_push(connection: Any) -> object:
-    """The next push, or ``None`` after a short look, so the reader notices ``close``.
-
-    Looking at the local socket costs no Redis command.
-    """
-    try:
-        return connection.read_response() if connection.can_read(READ_POLL_S) else None
-    except (OSError, TypeError, AttributeError, ValueError) as exc:
-        # another thread closed the socket under the reader (a failover reset)
-        raise RedisConnectionError(f"pub/sub connection closed: {exc}") from exc
 
 
 class Worker:

@@ -27,11 +27,13 @@ def run_flow(flow: Flow, scripts: Scripts, notifier: Notifier) -> Any:
     waiter: Waiter | None = None
     reply: Any = None
     error: BaseException | None = None
+    settled = False
     try:
         while True:
             try:
                 operation = flow.throw(error) if error is not None else flow.send(reply)
             except StopIteration as finished:
+                settled = finished.value is not None
                 return finished.value
             error = None
             try:
@@ -59,4 +61,4 @@ def run_flow(flow: Flow, scripts: Scripts, notifier: Notifier) -> Any:
     finally:
         flow.close()
         if waiter is not None:
-            waiter.close()
+            waiter.close(settled)
