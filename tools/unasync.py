@@ -23,6 +23,7 @@ GENERATED = (
     "family.py",
     "fanout.py",
     "handle.py",
+    "links.py",
     "lock.py",
     "notify.py",
     "redlock.py",

@@ -29,7 +29,8 @@ from redlease.aio._flavor import (
     refresh_topology,
     sleep,
 )
-from redlease.aio._read_turn import ReadTurn, read_push, read_within
+from redlease.aio._read_turn import read_push
+from redlease.aio.links import LINK_ERRORS, MAIN_LINK, SENTINEL_LINK, SWITCH_MASTER, AsyncLink
 from redlease.compat import ResponseErrors
 from redlease.core.ops import Claim
 from redlease.core.protocol import NETWORK_ERRORS, Clock, Handoff
@@ -39,16 +40,9 @@ from redlease.errors import ServerRefused
 
 logger = logging.getLogger("redlease")
 CONFIRM_TIMEOUT_S = 10.0
-SENTINEL_LINK = "sentinel"
-MAIN_LINK = "main"
-"""The link of a client that is not a cluster (see ``node_of``)."""
 STRAY_WINDOW_S = 1.0
 """How long after a waiter left without its hand-off the reader keeps watching: a hand-off
 sent just before the waiter withdrew arrives by then, and is given back."""
-SWITCH_MASTER = "+switch-master"
-"""What a sentinel publishes when it promoted a new master."""
-LINK_ERRORS: tuple[type[BaseException], ...] = (*NETWORK_ERRORS, ConnectionError)
-"""What ends a pub/sub link: the client's network errors, or a move the notifier asked for."""
 RECONNECT_DELAYS = (0.05, 0.1, 0.2, 0.5) + (1.0,) * 60
 """About a minute of attempts before the notifier gives up (waiters still wake on TTL)."""
 
@@ -77,20 +71,6 @@ class AsyncWaiter:
         """Stop waiting; ``settled``: the wait ended with the lock, so no hand-off can
         still come for it."""
         await self.notifier.leave(self, settled)
-
-
-class AsyncLink:
-    """The pub/sub connection to one node, and the channels subscribed on it."""
-
-    def __init__(self, name: str, connect: Callable[[], Any]) -> None:
-        self.name = name
-        self.connect = connect
-        self.connection: Any = None  # redis-py's connection classes are untyped
-        self.reader: Worker | None = None
-        self.channels: set[str] = set()
-        self.turn = ReadTurn()
-        self.stale = False
-        """Set when the server moved: the reader must reconnect and resubscribe."""
 
 
 class AsyncNotifier:
@@ -290,24 +270,9 @@ class AsyncNotifier:
             if link is not None:
                 link.turn.wake()
             return seconds
-        ends = self._clock() + seconds
-        try:
-            while not waiter.wakeup.is_set() and (left := ends - self._clock()) > 0:
-                if link.stale or link.connection is None:
-                    raise ConnectionError("the server moved")
-                try:
-                    reply = await read_within(link.connection, left)
-                except ResponseErrors as exc:
-                    await self._refused(exc)
-                    continue
-                if reply is not None:
-                    await self._dispatch(reply)
-        except LINK_ERRORS:
-            link.turn.give()
-            link.turn.wake()  # the reader reconnects and wakes every waiter
-            return max(ends - self._clock(), 0.0)
-        link.turn.give()
-        return 0.0
+        return await link.read_until(
+            waiter.wakeup, seconds, self._clock, self._dispatch, self._refused
+        )
 
     def _reader_needed(self, link: AsyncLink) -> bool:
         """Whether the reader must watch ``link`` (else it parks until woken). Always, but
@@ -391,32 +356,16 @@ class AsyncNotifier:
             async with self._guard:
                 if link.connection is None or self._closing:
                     return False
-                if await self._resubscribed(link):
+                if await link.resubscribed(await self._commands()):
                     self._wake(link.channels)
                     return True
-            if link.name not in ("main", SENTINEL_LINK) and await self._moved_away(link):
+            if link.name not in (MAIN_LINK, SENTINEL_LINK) and await self._moved_away(link):
                 return False
             await sleep(delay)
         async with self._guard:
             link.connection = None
             self._wake(link.channels)
         return False
-
-    async def _resubscribed(self, link: AsyncLink) -> bool:
-        commands = await self._commands()
-        connection = link.connection
-        try:
-            link.stale = False
-            await connection.disconnect()
-            await connection.connect()
-            for channel in link.channels:
-                await connection.send_command(commands.subscribe, channel)
-            if link.name == SENTINEL_LINK:
-                await connection.send_command("SUBSCRIBE", SWITCH_MASTER)
-        except NETWORK_ERRORS:
-            logger.debug("notifier reconnect to %s failed; retrying", link.name)
-            return False
-        return True
 
     async def _moved_away(self, link: AsyncLink) -> bool:
         """Give a dead cluster node's channels to their slots' owners; True once none is left."""

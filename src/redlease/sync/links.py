@@ -1,0 +1,86 @@
+# Generated from redlease/aio/links.py by tools/unasync.py; edit that file instead.
+"""One pub/sub connection of the notifier (a link to one node), and what it does alone:
+read for a waiter that reads for itself, and subscribe its channels again on a new
+connection."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from redlease.compat import ResponseErrors
+from redlease.core.protocol import NETWORK_ERRORS, Clock
+from redlease.core.subscriptions import PubSubCommands
+from redlease.sync._flavor import Wakeup, Worker
+from redlease.sync._read_turn import ReadTurn, read_within
+
+logger = logging.getLogger("redlease")
+SENTINEL_LINK = "sentinel"
+MAIN_LINK = "main"
+"""The link of a client that is not a cluster (see ``node_of``)."""
+SWITCH_MASTER = "+switch-master"
+"""What a sentinel publishes when it promoted a new master."""
+LINK_ERRORS: tuple[type[BaseException], ...] = (*NETWORK_ERRORS, ConnectionError)
+"""What ends a pub/sub link: the client's network errors, or a move the notifier asked for."""
+
+
+class Link:
+    """The pub/sub connection to one node, and the channels subscribed on it."""
+
+    def __init__(self, name: str, connect: Callable[[], Any]) -> None:
+        self.name = name
+        self.connect = connect
+        self.connection: Any = None  # redis-py's connection classes are untyped
+        self.reader: Worker | None = None
+        self.channels: set[str] = set()
+        self.turn = ReadTurn()
+        self.stale = False
+        """Set when the server moved: the reader must reconnect and resubscribe."""
+
+    def read_until(
+        self,
+        wakeup: Wakeup,
+        seconds: float,
+        clock: Clock,
+        dispatch: Callable[[object], None],
+        refused: Callable[[Exception], None],
+    ) -> float:
+        """Read this link for a waiter until its ``wakeup`` is set or ``seconds`` pass,
+        handing every push to ``dispatch`` (an error reply to ``refused``); the turn must
+        be taken. The seconds still to wait to be woken instead: 0 when done, the rest
+        when the link failed (the reader, woken, reconnects and wakes every waiter)."""
+        ends = clock() + seconds
+        try:
+            while not wakeup.is_set() and (left := ends - clock()) > 0:
+                if self.stale or self.connection is None:
+                    raise ConnectionError("the server moved")
+                try:
+                    reply = read_within(self.connection, left)
+                except ResponseErrors as exc:
+                    refused(exc)
+                    continue
+                if reply is not None:
+                    dispatch(reply)
+        except LINK_ERRORS:
+            self.turn.give()
+            self.turn.wake()
+            return max(ends - clock(), 0.0)
+        self.turn.give()
+        return 0.0
+
+    def resubscribed(self, commands: PubSubCommands) -> bool:
+        """A new connection with every channel subscribed again; False if it failed."""
+        connection = self.connection
+        try:
+            self.stale = False
+            connection.disconnect()
+            connection.connect()
+            for channel in self.channels:
+                connection.send_command(commands.subscribe, channel)
+            if self.name == SENTINEL_LINK:
+                connection.send_command("SUBSCRIBE", SWITCH_MASTER)
+        except NETWORK_ERRORS:
+            logger.debug("notifier reconnect to %s failed; retrying", self.name)
+            return False
+        return True
