@@ -179,9 +179,11 @@ REASONS = {
     "commands": (
         "redlease's scripts do more per call: the acquire reads the clock and the fence "
         "counter, the release leaves a release latch and hands the lock to the first "
-        "queued waiter (queue pop + publish); a contended acquire also subscribes and "
-        "unsubscribes its waiter channel (2 of its client commands). Server-side "
-        "commands inside one script are cheap next to a round trip."
+        "queued waiter (queue pop + publish), and a queued waiter dates its lease by the "
+        "server's clock. Each is what a guarantee costs: fencing tokens, a retried "
+        "release's true answer, FIFO hand-off, a paused waiter that never holds a dead "
+        "lease. Server-side commands inside one script are cheap next to a round trip "
+        "(the server's CPU per acquisition is measured beside the counts)."
     ),
     "leftover": (
         "Every release leaves a short-lived release latch (`…:latch:<token>`, 10 s) so "

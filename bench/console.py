@@ -88,6 +88,7 @@ FAMILY_ROWS = (
     ("cluster_cycle_rtt", "  x cluster RTT"),
     ("server_bytes_per_held_lock", "server memory per held lock, bytes (target ≤ 250)"),
     ("server_keys_per_held_lock", "  keys per held lock"),
+    ("server_bytes_per_recent_release", "  bytes a release keeps for the retry window"),
     ("keys_left_per_1000_names", "keys left per 1,000 released names"),
     ("keys_at_release_per_1000_names", "  right after the releases"),
     ("keys_left_names", "  names locked once and released"),

@@ -161,6 +161,8 @@ def _commands(ours: dict[str, Any], result: dict[str, Any]) -> Iterator[tuple[st
 def _server_memory(ours: dict[str, Any]) -> Iterator[tuple[str, Entry]]:
     size = ours.get("server_bytes_per_held_lock")
     shown = f"{num(size)} bytes in {num(ours.get('server_keys_per_held_lock'))} keys"
+    if (recent := ours.get("server_bytes_per_recent_release")) is not None:
+        shown += f"; each release keeps {num(recent)} bytes for the retry window"
     target = f"server memory ≤ {MAX_HELD_LOCK_BYTES:g} bytes per held lock"
     yield "bytes_per_held_lock", entry(target, shown, size, MAX_HELD_LOCK_BYTES, "<=")
     names, left = ours.get("keys_left_names"), ours.get("keys_left")
