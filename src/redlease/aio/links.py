@@ -65,6 +65,12 @@ class AsyncLink:
             self.turn.give()
             self.turn.wake()
             return max(ends - clock(), 0.0)
+        except BaseException:
+            # interrupted (Ctrl-C) maybe halfway through a reply: start the link afresh
+            self.stale = True
+            self.turn.give()
+            self.turn.wake()
+            raise
         self.turn.give()
         return 0.0
 
