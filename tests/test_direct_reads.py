@@ -17,6 +17,7 @@ import redis
 
 import redlease
 from conftest import allowing
+from redlease.chaos.proxy import Mode, ProxyHub
 
 
 @pytest.fixture
@@ -113,3 +114,41 @@ def test_a_wait_cut_short_by_ctrl_c_leaves_the_client_woken_in_time_afterwards(
     assert got["at"] - released_at < allowing(round_trip, quiet=1.0), (
         "the next wait was woken by its timeout, not by the release"
     )
+
+
+@pytest.mark.timeout(60)
+def test_a_connection_broken_half_way_through_a_hand_off_leaves_the_client_listening(
+    clients, server, round_trip, redlease_url, prefix
+):
+    """The hand-off message to a waiter that reads its connection arrives cut in half and
+    the connection breaks: the client reconnects, subscribes again and wakes the waiter,
+    and its next wait is still handed the lock by the release (not by the TTL cap)."""
+    host, port = (
+        server.connection_pool.connection_kwargs["host"],
+        server.connection_pool.connection_kwargs["port"],
+    )
+    with ProxyHub() as hub:
+        link = hub.link(host, port)
+        waiters = redlease.Locks(redis.Redis.from_url(link.url), prefix=prefix)
+        try:
+            holder = clients().lock("ledger", ttl=6)
+            at_once = allowing(round_trip, quiet=1.0)
+            for attempt in ("cut", "after"):
+                holder.acquire()
+                got: dict[str, Any] = {}
+                thread = acquire_in_thread(waiters.lock("ledger", ttl=6, owner="waiter"), got)
+                assert until(lambda: queued(server, holder) == 1, within=5)
+                time.sleep(0.1)  # the waiter reads its connection
+                if attempt == "cut":
+                    link.set(mode=Mode.CUT_MESSAGE)
+                released_at = time.monotonic()
+                holder.release()
+                thread.join(12)
+                assert got.get("lease") is not None, attempt
+                assert got["at"] - released_at < at_once, (
+                    f"{attempt}: handed the lock after {got['at'] - released_at:.2f} s, by the "
+                    "TTL cap: the client stopped listening"
+                )
+                waiters.lock("ledger", owner="waiter").release()
+        finally:
+            waiters.close()

@@ -62,6 +62,9 @@ class AsyncLink:
                 if reply is not None:
                     await dispatch(reply)
         except LINK_ERRORS:
+            # the reader reconnects, subscribes again and wakes every waiter (a broken
+            # connection's client may already have reconnected it, with no subscription)
+            self.stale = True
             self.turn.give()
             self.turn.wake()
             return max(ends - clock(), 0.0)

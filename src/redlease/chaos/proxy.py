@@ -48,6 +48,8 @@ class Mode(enum.Enum):
     DROP_MESSAGE = "drop-message"
     BLACKHOLE = "blackhole"
     REFUSE = "refuse"
+    CUT_MESSAGE = "cut-message"
+    """The next pub/sub message arrives half-way, then its connection breaks."""
 
 
 class Link:
@@ -164,6 +166,11 @@ class Link:
                 self.mode is Mode.DROP or (self.mode is Mode.DROP_MESSAGE and _is_message(chunk))
             ):
                 self.mode = Mode.FORWARD
+                break
+            if reply and self.mode is Mode.CUT_MESSAGE and _is_message(chunk):
+                self.mode = Mode.FORWARD
+                target.write(chunk[: len(chunk) // 2])
+                await target.drain()
                 break
             target.write(chunk)
             await target.drain()

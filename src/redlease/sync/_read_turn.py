@@ -132,6 +132,7 @@ def read_push(connection: Any, turn: ReadTurn) -> object:
     """The reader thread's next push, or ``None`` after a short look or when a waiter asks
     for the connection. Looking at the local socket costs no Redis command."""
     try:
+        _check_open(connection)
         if connection.can_read(0):
             return connection.read_response()
         ready = _poll([connection._sock, turn._poke_in], READ_POLL_S)
@@ -149,11 +150,19 @@ def read_within(connection: Any, seconds: float) -> object:
     """A waiter's next push, or ``None`` when none came within ``seconds`` (at most a
     short look, so the waiter sees its own wake-up and its deadline)."""
     try:
+        _check_open(connection)
         if connection.can_read(max(min(seconds, READ_POLL_S), 0.0)):
             return connection.read_response()
         return None
     except (OSError, TypeError, AttributeError, ValueError) as exc:
         raise RedisConnectionError(f"pub/sub connection closed: {exc}") from exc
+
+
+def _check_open(connection: Any) -> None:
+    """A connection closed under us (a reply broken off half-way) is a link error: redis-py
+    would reconnect it without a word, and without our subscriptions."""
+    if connection._sock is None:
+        raise RedisConnectionError("pub/sub connection closed")
 
 
 def _poll(sockets: list[Any], timeout: float) -> set[int]:

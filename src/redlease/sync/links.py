@@ -63,6 +63,9 @@ class Link:
                 if reply is not None:
                     dispatch(reply)
         except LINK_ERRORS:
+            # the reader reconnects, subscribes again and wakes every waiter (a broken
+            # connection's client may already have reconnected it, with no subscription)
+            self.stale = True
             self.turn.give()
             self.turn.wake()
             return max(ends - clock(), 0.0)
