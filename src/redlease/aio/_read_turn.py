@@ -7,7 +7,6 @@ turn is never taken and the reader never parks.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -50,11 +49,6 @@ async def read_push(connection: Any, turn: ReadTurn) -> object:
 
 
 async def read_within(connection: Any, seconds: float) -> object:
-    """The next push, or ``None`` when none came within ``seconds`` (never used here: the
-    turn is never taken)."""
-    try:
-        return await asyncio.wait_for(connection.read_response(), max(seconds, 0.0))
-    except asyncio.TimeoutError:
-        return None
-    except (OSError, AttributeError) as exc:
-        raise RedisConnectionError(f"pub/sub connection closed: {exc}") from exc
+    """Never called: the asyncio turn is never taken (see :meth:`ReadTurn.take`). It is not
+    written as a timed read, since cancelling a read half-way would garble the connection."""
+    raise RuntimeError("the asyncio flavour's reader task reads every pub/sub connection")
