@@ -32,7 +32,7 @@ from redlease.aio._flavor import Guard, current_loop
 from redlease.aio.scripts import Scripts
 from redlease.compat import ConnectionErrors, NoScriptErrors, TimeoutErrors
 from redlease.core.ops import RunScript
-from redlease.core.redlock import RECONNECT_PAUSE_S, STRAGGLER_GRACE_S, learned
+from redlease.core.redlock import STRAGGLER_GRACE_S, learned, reconnect_pause
 
 CONNECT_ROUND_TRIPS = 3
 """Opening a connection takes about this many round trips (TCP, then HELLO and SETINFO)."""
@@ -50,6 +50,7 @@ class AsyncFanout:
         self._openings: list[Any] = [None] * count
         self._usual_s: list[float | None] = [None] * count
         self._quiet_until = [0.0] * count
+        self._failed_openings = [0] * count
         self._guard = Guard()
         self._loop: Any = None
 
@@ -165,8 +166,11 @@ class AsyncFanout:
             return TimeoutErrors[0]("no connection to this server yet (it did not answer)")
         self._openings[index] = None
         if isinstance(outcome, BaseException):
-            self._quiet_until[index] = time.monotonic() + RECONNECT_PAUSE_S
+            self._failed_openings[index] += 1
+            pause = reconnect_pause(self._failed_openings[index])
+            self._quiet_until[index] = time.monotonic() + pause
             return outcome
+        self._failed_openings[index] = 0
         self._connections[index], seconds = outcome
         self._usual_s[index] = learned(self._usual_s[index], seconds / CONNECT_ROUND_TRIPS)
         return None

@@ -185,7 +185,8 @@ class AsyncRedlockLock(AsyncLeaseHandle[AsyncRedlock]):
             return held
         assert request is not None
         claim, clock = request.claim, self._locks._clock
-        deadline = None if request.timeout is None else clock() + request.timeout
+        began = clock()
+        deadline = None if request.timeout is None else began + request.timeout
         delay = RETRY_DELAYS_S[0]
         while True:
             budget = (
@@ -201,16 +202,24 @@ class AsyncRedlockLock(AsyncLeaseHandle[AsyncRedlock]):
                 if typed:  # another program's value, a spent fence counter: say so
                     raise typed[0]
                 if not tally.silent:  # refused connections: no use retrying
-                    raise ServerUnavailable(too_few_answers(self.name, tally, within * 1000))
+                    raise ServerUnavailable(
+                        too_few_answers(self.name, tally, (clock() - began) * 1000)
+                    )
             remaining = None if deadline is None else deadline - clock()
             if not request.blocking or (remaining is not None and remaining <= 0):
                 if unanswered:
-                    raise ServerUnavailable(too_few_answers(self.name, tally, within * 1000))
+                    raise ServerUnavailable(
+                        too_few_answers(self.name, tally, (clock() - began) * 1000)
+                    )
                 raise LockTimeout(self.name, request.timeout if request.blocking else 0, why)
             pause = random.uniform(RETRY_DELAYS_S[0], delay)
             await sleep(pause if remaining is None else min(pause, remaining))
             delay = min(delay * 2, RETRY_DELAYS_S[1])
             claim = self._claim(self._locks._new_token(owner), "publish")
+
+    def _unavailable(self, tally: Tally, began: float) -> ServerUnavailable:
+        waited_ms = (self._locks._clock() - began) * 1000
+        return ServerUnavailable(too_few_answers(self.name, tally, waited_ms))
 
     def _round_time(self, budget: float | None) -> float:
         """How long a round may wait for the masters: the lease's validity, and no longer

@@ -21,12 +21,20 @@ STRAGGLER_GRACE_S = 0.01
 """Once enough masters answered a round, the others get as long again as those took, twice
 the slowest one's usual answer time, and at least this long: a silent master never holds a
 round up, a slow one still counts."""
-RECONNECT_PAUSE_S = 1.0
-"""A master whose connection could not be opened is not tried again for this long (its
-rounds count it silent at once): one opening at a time per master, never a pile of them."""
+RECONNECT_PAUSES_S = (0.05, 1.0)
+"""A master whose connection could not be opened is not tried again for the first of these
+(its rounds count it silent at once), then twice as long after each further failure, up
+to the second: one opening at a time per master, never a pile of them, and a master back
+from a restart counts again within a fraction of a second."""
 ROUND_FLOOR_S = 1.0
 """The least time a round may wait for the masters when the caller's ``timeout`` is shorter
 (or 0): one round trip to each, a far one included."""
+
+
+def reconnect_pause(failures: int) -> float:
+    """How long a master is left alone after ``failures`` openings failed in a row."""
+    first, longest = RECONNECT_PAUSES_S
+    return float(min(first * 2 ** max(failures - 1, 0), longest))
 
 
 def quorum(masters: int) -> int:
