@@ -25,6 +25,7 @@ from redlease.aio._fanout_io import (
     abandon_opening,
     await_openings,
     opened,
+    pack,
     read_replies,
     start_opening,
 )
@@ -191,9 +192,7 @@ class AsyncFanout:
             command = packed.get(style)
             if command is None:
                 keys = op.keys
-                command = connection.pack_command(
-                    "EVALSHA", op.script.sha, len(keys), *keys, *op.args
-                )
+                command = pack(connection, ("EVALSHA", op.script.sha, len(keys), *keys, *op.args))
                 packed[style] = command
             await connection.send_packed_command(command)
         except Exception as exc:

@@ -51,6 +51,11 @@ def _open(pool: Any, within: float) -> tuple[Any, float]:
     return connection, time.monotonic() - started
 
 
+def pack(connection: Any, args: tuple[object, ...]) -> Any:
+    """``args`` packed as ``connection`` packs them (by hiredis when it is installed)."""
+    return connection.pack_command(*args)
+
+
 def opened(opening: Future[tuple[Any, float]]) -> tuple[Any, float] | BaseException | None:
     """``None`` while the connection is being opened; then it (and the seconds it took), or
     the error that ended the opening."""

@@ -29,6 +29,7 @@ from redlease.sync._fanout_io import (
     abandon_opening,
     await_openings,
     opened,
+    pack,
     read_replies,
     start_opening,
 )
@@ -190,9 +191,7 @@ class Fanout:
             command = packed.get(style)
             if command is None:
                 keys = op.keys
-                command = connection.pack_command(
-                    "EVALSHA", op.script.sha, len(keys), *keys, *op.args
-                )
+                command = pack(connection, ("EVALSHA", op.script.sha, len(keys), *keys, *op.args))
                 packed[style] = command
             connection.send_packed_command(command)
         except Exception as exc:
