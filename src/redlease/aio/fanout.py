@@ -50,6 +50,8 @@ class AsyncFanout:
         self._connections: list[Any] = [None] * count
         self._openings: list[Any] = [None] * count
         self._usual_s: list[float | None] = [None] * count
+        self._styles: list[tuple[object, ...]] = [()] * count
+        """How each connection packs a command (see :func:`_packing_of`)."""
         self._quiet_until = [0.0] * count
         self._failed_openings = [0] * count
         self._guard = Guard()
@@ -173,6 +175,7 @@ class AsyncFanout:
             return outcome
         self._failed_openings[index] = 0
         self._connections[index], seconds = outcome
+        self._styles[index] = _packing_of(self._connections[index])
         self._usual_s[index] = learned(self._usual_s[index], seconds / CONNECT_ROUND_TRIPS)
         return None
 
@@ -188,7 +191,7 @@ class AsyncFanout:
         """
         try:
             connection = self._connections[index]
-            style = _packing_of(connection)
+            style = self._styles[index]
             command = packed.get(style)
             if command is None:
                 keys = op.keys

@@ -106,30 +106,46 @@ def read_replies(
     replies: dict[int, object] = {}
     took: dict[int, float] = {}
     waiting = dict(enumerate(connections))
+    by_fd = {connection._sock.fileno(): index for index, connection in waiting.items()}
+    ready = _Readiness(by_fd)
     while True:
         if len(replies) >= enough:
             until = min(until, straggler_deadline(started, time.monotonic(), deadline, patience))
         remaining = until - time.monotonic()
         if not waiting or remaining <= 0:
             break
-        for index in _readable(waiting, remaining):
+        for index in ready.wait(remaining):
             try:
                 replies[index] = waiting.pop(index).read_response()
             except Exception as exc:
                 replies[index] = exc
             took[index] = time.monotonic() - started
+            ready.forget(index)
     silent = RedisTimeoutError(f"no reply within {within:.3f} s")
     indexes = range(len(connections))
     return [replies.get(index, silent) for index in indexes], [took.get(i) for i in indexes]
 
 
-def _readable(connections: dict[int, Any], timeout: float) -> list[int]:
-    """The indexes of the connections with something to read, waiting up to ``timeout``."""
-    by_fd = {connection._sock.fileno(): index for index, connection in connections.items()}
-    if hasattr(select, "poll"):
-        poller = select.poll()
-        for fd in by_fd:
-            poller.register(fd, select.POLLIN | select.POLLPRI)
-        return [by_fd[fd] for fd, _ in poller.poll(timeout * 1000)]
-    ready, _, _ = select.select(list(by_fd), [], [], timeout)
-    return [by_fd[fd] for fd in ready]
+class _Readiness:
+    """Which of a round's connections have something to read: one poll set for the round
+    (``select`` where there is no ``poll``), a connection leaving it once read."""
+
+    def __init__(self, by_fd: dict[int, int]) -> None:
+        self._by_fd = by_fd
+        self._fds = {index: fd for fd, index in by_fd.items()}
+        self._poller = select.poll() if hasattr(select, "poll") else None
+        if self._poller is not None:
+            for fd in by_fd:
+                self._poller.register(fd, select.POLLIN | select.POLLPRI)
+
+    def wait(self, timeout: float) -> list[int]:
+        if self._poller is not None:
+            return [self._by_fd[fd] for fd, _ in self._poller.poll(timeout * 1000)]
+        ready, _, _ = select.select(list(self._by_fd), [], [], timeout)
+        return [self._by_fd[fd] for fd in ready]
+
+    def forget(self, index: int) -> None:
+        fd = self._fds.pop(index)
+        del self._by_fd[fd]
+        if self._poller is not None:
+            self._poller.unregister(fd)

@@ -51,6 +51,8 @@ class Fanout:
         self._connections: list[Any] = [None] * count
         self._openings: list[Any] = [None] * count
         self._usual_s: list[float | None] = [None] * count
+        self._styles: list[tuple[object, ...]] = [()] * count
+        """How each connection packs a command (see :func:`_packing_of`)."""
         self._quiet_until = [0.0] * count
         self._failed_openings = [0] * count
         self._guard = Guard()
@@ -172,6 +174,7 @@ class Fanout:
             return outcome
         self._failed_openings[index] = 0
         self._connections[index], seconds = outcome
+        self._styles[index] = _packing_of(self._connections[index])
         self._usual_s[index] = learned(self._usual_s[index], seconds / CONNECT_ROUND_TRIPS)
         return None
 
@@ -187,7 +190,7 @@ class Fanout:
         """
         try:
             connection = self._connections[index]
-            style = _packing_of(connection)
+            style = self._styles[index]
             command = packed.get(style)
             if command is None:
                 keys = op.keys
