@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import hiredis
 import redis
 
 import redlease
@@ -36,6 +37,7 @@ from redlease.server import EmbeddedServer
 MASTERS = 5
 REPS = 5
 CYCLES = 2000
+ROUND_LIMIT_MS = 1000
 
 
 def _captured_ops(redlock: redlease.Redlock) -> list[RunScript]:
@@ -50,7 +52,7 @@ def _captured_ops(redlock: redlease.Redlock) -> list[RunScript]:
 
     fanout.run = capture
     try:
-        with redlock.lock("floor"):
+        with redlock.lock("floor:raw"):  # a name of its own: only the replays touch it
             pass
     finally:
         fanout.run = run
@@ -64,19 +66,30 @@ def _packed(op: RunScript) -> bytes:
     return head + b"".join(b"$%d\r\n%s\r\n" % (len(part), part) for part in parts)
 
 
-def _round(sockets: list[socket.socket], command: bytes) -> None:
+def _round(sockets: list[socket.socket], command: bytes) -> list[object]:
+    """The command to every socket, then each whole reply as it comes (one hiredis reader
+    per round: replies are parsed only as far as needed to know they are whole)."""
     for sock in sockets:
         sock.sendall(command)
     poller = select.poll()
     by_fd = {sock.fileno(): sock for sock in sockets}
+    readers = {fd: hiredis.Reader() for fd in by_fd}
+    replies: list[object] = []
     for fd in by_fd:
         poller.register(fd, select.POLLIN)
-    left = len(sockets)
-    while left:
-        for fd, _ in poller.poll(1000):
-            by_fd[fd].recv(4096)
-            poller.unregister(fd)
-            left -= 1
+    while readers:
+        events = poller.poll(ROUND_LIMIT_MS)
+        if not events:
+            raise TimeoutError("a master did not answer within 1 s")
+        for fd, _ in events:
+            reader = readers[fd]
+            reader.feed(by_fd[fd].recv(4096))
+            reply = reader.gets()
+            if reply is not False:
+                replies.append(reply)
+                poller.unregister(fd)
+                del readers[fd]
+    return replies
 
 
 def _timed(cycle: Callable[[], None], admins: list[redis.Redis]) -> tuple[float, float, float]:
@@ -114,6 +127,15 @@ def main() -> None:
         sockets = [socket.create_connection(("127.0.0.1", server.port)) for server in servers]
         for sock in sockets:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+        granted = _round(sockets, acquire)
+        released = _round(sockets, release)
+        if not all(isinstance(reply, list) and reply[0] == 1 for reply in granted) or any(
+            reply != 1 for reply in released
+        ):
+            raise SystemExit(
+                f"the replayed cycle is not a grant and a release: {granted} {released}"
+            )
 
         def raw(count: int) -> Callable[[], None]:
             def cycle() -> None:
