@@ -31,7 +31,7 @@ from conftest import (
     token_in,
 )
 from redlease import ReleaseOutcome, ServerUnavailable
-from redlease.core.redlock import RECONNECT_PAUSES_S
+from redlease.core.redlock import RECONNECT_PAUSES_S, reconnect_pause
 from redlease.server import EmbeddedServer
 
 pytestmark = [pytest.mark.redlock, pytest.mark.timeout(60)]
@@ -177,6 +177,15 @@ async def test_a_master_back_from_a_restart_counts_again_soon(make_redlock, mast
     lease = await lock.acquire(timeout=RECONNECT_PAUSES_S[-1] / 2)
 
     assert values(masters, f"{prefix}:{{payout}}")[:3] == [lease.token] * 3
+
+
+def test_a_master_down_for_hours_is_still_tried_every_second():
+    """The pause after failed openings stops growing at its longest, however many failed
+    (an outside tester's client raised OverflowError after 17 minutes of a master down)."""
+    first, longest = RECONNECT_PAUSES_S
+    assert reconnect_pause(1) == first
+    assert [reconnect_pause(n) for n in (2, 3)] == [2 * first, 4 * first]
+    assert reconnect_pause(1025) == reconnect_pause(10**9) == longest
 
 
 async def hold_on_a_bare_majority(

@@ -34,7 +34,12 @@ ROUND_FLOOR_S = 1.0
 def reconnect_pause(failures: int) -> float:
     """How long a master is left alone after ``failures`` openings failed in a row."""
     first, longest = RECONNECT_PAUSES_S
-    return float(min(first * 2 ** max(failures - 1, 0), longest))
+    pause = first
+    for _ in range(1, failures):
+        if pause >= longest:
+            break
+        pause *= 2
+    return min(pause, longest)
 
 
 def quorum(masters: int) -> int:
