@@ -112,6 +112,29 @@ async def test_a_silent_majority_is_unavailable_within_the_timeout(links, flavor
         await redlock.aclose()
 
 
+async def test_a_wait_longer_than_a_round_ends_by_the_timeout(links, flavor, prefix):
+    """Rounds on a short lease (a 0.39 s validity each) against a silent majority: the one
+    that starts with 0.1 s of the timeout left gets 0.1 s, not the lease's validity (an
+    outside tester measured 1.8 s for ``acquire(timeout=1.5)``). The connections are open
+    when the masters fall silent, so every round waits for their answers."""
+    redlock = redlock_over(flavor, links, prefix)
+    slack = max(0.15, 20 * measure_round_trip(links[2].url))
+    try:
+        await redlock.lock("warm").acquire(timeout=2)
+        await redlock.lock("warm").release()
+        for link in links[:2]:
+            link.set(mode=Mode.BLACKHOLE)
+        started = time.monotonic()
+        with pytest.raises(redlease.ServerUnavailable, match="1 of 3 masters answered"):
+            await redlock.lock("job", ttl=0.4).acquire(timeout=0.9)
+        took = time.monotonic() - started
+        assert took < 0.9 + slack, f"acquire(timeout=0.9) gave up after {took:.2f} s"
+    finally:
+        for link in links:
+            link.set()
+        await redlock.aclose()
+
+
 async def test_a_round_slower_than_the_lease_says_so_not_held_by_another(links, flavor, prefix):
     for link in links:
         link.set(delay=0.3)  # every answer comes after the 0.2 s lease is over

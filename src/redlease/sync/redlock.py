@@ -187,11 +187,11 @@ class RedlockLock(LeaseHandle[Redlock]):
         began = clock()
         deadline = None if request.timeout is None else began + request.timeout
         delay = RETRY_DELAYS_S[0]
+        rounds_end = None if deadline is None else max(deadline, began + ROUND_FLOOR_S)
+        if not request.blocking:
+            rounds_end = began + ROUND_FLOOR_S
         while True:
-            budget = (
-                0.0 if not request.blocking else None if deadline is None else deadline - clock()
-            )
-            within = self._round_time(budget)
+            within = self._round_time(rounds_end)
             grant, tally, why = self._round(claim, within)
             if grant is not None:
                 return self._settle(owner, grant, request, self._role)
@@ -201,15 +201,11 @@ class RedlockLock(LeaseHandle[Redlock]):
                 if typed:  # another program's value, a spent fence counter: say so
                     raise typed[0]
                 if not tally.silent:  # refused connections: no use retrying
-                    raise ServerUnavailable(
-                        too_few_answers(self.name, tally, (clock() - began) * 1000)
-                    )
+                    raise self._unavailable(tally, began)
             remaining = None if deadline is None else deadline - clock()
             if not request.blocking or (remaining is not None and remaining <= 0):
                 if unanswered:
-                    raise ServerUnavailable(
-                        too_few_answers(self.name, tally, (clock() - began) * 1000)
-                    )
+                    raise self._unavailable(tally, began)
                 raise LockTimeout(self.name, request.timeout if request.blocking else 0, why)
             pause = random.uniform(RETRY_DELAYS_S[0], delay)
             sleep(pause if remaining is None else min(pause, remaining))
@@ -220,12 +216,14 @@ class RedlockLock(LeaseHandle[Redlock]):
         waited_ms = (self._locks._clock() - began) * 1000
         return ServerUnavailable(too_few_answers(self.name, tally, waited_ms))
 
-    def _round_time(self, budget: float | None) -> float:
-        """How long a round may wait for the masters: the lease's validity, and no longer
-        than the caller's ``budget`` (its remaining timeout) unless that is under
-        :data:`ROUND_FLOOR_S`."""
+    def _round_time(self, rounds_end: float | None) -> float:
+        """How long a round may wait for the masters: the lease's validity, and no later
+        than ``rounds_end``: the caller's deadline, or :data:`ROUND_FLOOR_S` after the call
+        began when the timeout is shorter (or for ``try_acquire``)."""
         validity_s = validity_ms(0, self._ttl_ms) / 1000
-        return validity_s if budget is None else min(validity_s, max(budget, ROUND_FLOOR_S))
+        if rounds_end is None:
+            return validity_s
+        return max(min(validity_s, rounds_end - self._locks._clock()), 0.0)
 
     def _round(self, claim: Claim, within: float) -> tuple[Grant | None, Tally, str | None]:
         """One round on every master: the grant, once a majority granted it in time and a
