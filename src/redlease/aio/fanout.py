@@ -107,20 +107,18 @@ class AsyncFanout:
                 replies[at] = await _alone(self._targets[index], op)
         kept = {index for index in indexes if self._connections[index] is not None}
         await self._connect(indexes, replies, enough, ends)
-        packed: dict[tuple[object, ...], Any] = {}
+        command = ("EVALSHA", op.script.sha, len(op.keys), *op.keys, *op.args)
+        await self._exchange(command, indexes, replies, enough, ends)
+        unscripted = [at for at, reply in enumerate(replies) if isinstance(reply, NoScriptErrors)]
+        if unscripted:  # a new or restarted master: the source, on the same connections
+            for at in unscripted:
+                replies[at] = None
+            answered = sum(1 for reply in replies if not isinstance(reply, (Exception, type(None))))
+            command = ("EVAL", op.script.source, *command[2:])
+            await self._exchange(command, indexes, replies, max(enough - answered, 0), ends)
         for at, index in enumerate(indexes):
-            if replies[at] is None:
-                replies[at] = await self._send(index, op, packed)
-        reading = [at for at, reply in enumerate(replies) if reply is None]
-        connections = [self._connections[indexes[at]] for at in reading]
-        within = max(ends - time.monotonic(), STRAGGLER_GRACE_S)  # for replies under way
-        patience = 2 * self._slowest([indexes[at] for at in reading])
-        answers, took = await read_replies(connections, min(enough, len(reading)), within, patience)
-        for at, answer, seconds in zip(reading, answers, took, strict=True):
-            index = indexes[at]
-            if seconds is not None and not isinstance(answer, ConnectionErrors):
-                self._usual_s[index] = learned(self._usual_s[index], seconds)
-            replies[at] = await self._answer(index, op, answer)
+            if isinstance(replies[at], Exception):
+                await self._drop(index)
         stale = [
             index
             for index, reply in zip(indexes, replies, strict=True)
@@ -183,7 +181,35 @@ class AsyncFanout:
         """What the slowest of these targets usually takes to answer (0 when unknown)."""
         return max((self._usual_s[index] or 0.0 for index in indexes), default=0.0)
 
-    async def _send(self, index: int, op: RunScript, packed: dict[tuple[object, ...], Any]) -> Any:
+    async def _exchange(
+        self,
+        command: tuple[object, ...],
+        indexes: list[int],
+        replies: list[Any],
+        enough: int,
+        ends: float,
+    ) -> None:
+        """``command`` to the targets whose reply is still ``None``, then their replies read
+        as they come, until ``enough`` answered and the stragglers had their time, or
+        ``ends``; each reply (or the error standing for it) goes in ``replies``."""
+        packed: dict[tuple[object, ...], Any] = {}
+        for at, index in enumerate(indexes):
+            if replies[at] is None:
+                replies[at] = await self._send(index, command, packed)
+        reading = [at for at, reply in enumerate(replies) if reply is None]
+        connections = [self._connections[indexes[at]] for at in reading]
+        within = max(ends - time.monotonic(), STRAGGLER_GRACE_S)  # for replies under way
+        patience = 2 * self._slowest([indexes[at] for at in reading])
+        answers, took = await read_replies(connections, min(enough, len(reading)), within, patience)
+        for at, answer, seconds in zip(reading, answers, took, strict=True):
+            index = indexes[at]
+            if seconds is not None and not isinstance(answer, ConnectionErrors):
+                self._usual_s[index] = learned(self._usual_s[index], seconds)
+            replies[at] = answer
+
+    async def _send(
+        self, index: int, command: tuple[object, ...], packed: dict[tuple[object, ...], Any]
+    ) -> Any:
         """``None`` once sent on the target's connection; otherwise the error.
 
         Every master gets the same command: it is packed once per round (``packed``, by how
@@ -192,23 +218,14 @@ class AsyncFanout:
         try:
             connection = self._connections[index]
             style = self._styles[index]
-            command = packed.get(style)
-            if command is None:
-                keys = op.keys
-                command = pack(connection, ("EVALSHA", op.script.sha, len(keys), *keys, *op.args))
-                packed[style] = command
-            await connection.send_packed_command(command)
+            bytes_ = packed.get(style)
+            if bytes_ is None:
+                bytes_ = packed[style] = pack(connection, command)
+            await connection.send_packed_command(bytes_)
         except Exception as exc:
             await self._drop(index)
             return exc
         return None
-
-    async def _answer(self, index: int, op: RunScript, answer: object) -> Any:
-        if isinstance(answer, NoScriptErrors):
-            return await _alone(self._targets[index], op)
-        if isinstance(answer, Exception):
-            await self._drop(index)
-        return answer
 
     async def _drop(self, index: int) -> None:
         connection, self._connections[index] = self._connections[index], None
