@@ -21,7 +21,7 @@ import redis
 import redlease
 from conftest import SyncLocksAdapter, measure_round_trip
 from redlease.chaos.proxy import Link, Mode, ProxyHub
-from redlease.core.redlock import ROUND_FLOOR_S
+from redlease.core.redlock import ROUND_FLOOR_S, STRAGGLER_GRACE_S
 from redlease.server import EmbeddedServer
 
 pytestmark = [pytest.mark.redlock, pytest.mark.timeout(120)]
@@ -151,6 +151,47 @@ async def test_a_far_master_without_the_scripts_holds_up_no_step(links, flavor, 
             _, took = await timed(redlock.lock("far").release())
             assert took < bound, f"release {turn} took {took:.2f} s"
             await asyncio.sleep(0.5)
+    finally:
+        links[0].set()
+        await redlock.aclose()
+
+
+async def test_a_silent_master_costs_an_acquire_one_wait_not_two(links, flavor, prefix):
+    """With master 0 silent, the acquire round waits for it once (at least 10 ms once the
+    others answered); the round that lifts the fence counters then goes to the masters
+    that answered, not to the silent one again (an outside tester measured 2 x 10 ms)."""
+    redlock = redlock_over(flavor, links, prefix)
+    slack = 5 * max(measure_round_trip(link.url) for link in links[1:])
+    try:
+        await redlock.lock("warm").acquire(timeout=2)
+        await redlock.lock("warm").release()
+        links[0].set(mode=Mode.BLACKHOLE)
+        took = []
+        for _ in range(15):
+            _, seconds = await timed(redlock.lock("job", ttl=TTL_S).acquire(blocking=False))
+            took.append(seconds)
+            await redlock.lock("job").release()
+        median = sorted(took)[len(took) // 2]
+        assert median < 1.5 * STRAGGLER_GRACE_S + slack, f"acquires took {took}"
+    finally:
+        links[0].set()
+        await redlock.aclose()
+
+
+async def test_a_master_never_heard_from_is_waited_for_once(links, flavor, prefix):
+    """A master silent from the start gets the first-contact wait (at most a tenth of the
+    round, here 0.2 s) on the first round only, not again each time its connection is
+    tried anew (an outside tester saw it about once a second)."""
+    links[0].set(mode=Mode.BLACKHOLE)
+    redlock = redlock_over(flavor, links, prefix)
+    try:
+        took = []
+        ends = time.monotonic() + 2.5 * TTL_S  # the opening times out and starts again
+        while time.monotonic() < ends:
+            _, seconds = await timed(redlock.lock("job", ttl=TTL_S).acquire(blocking=False))
+            took.append(seconds)
+            await redlock.lock("job").release()
+        assert max(took[1:]) < TTL_S / 40, f"later acquires took up to {max(took[1:]):.3f} s"
     finally:
         links[0].set()
         await redlock.aclose()

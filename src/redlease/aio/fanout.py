@@ -38,9 +38,9 @@ from redlease.core.redlock import STRAGGLER_GRACE_S, learned, reconnect_pause
 CONNECT_ROUND_TRIPS = 3
 """Opening a connection takes about this many round trips (TCP, then HELLO and SETINFO)."""
 FIRST_CONTACT_S = 0.25
-"""How long a round waits for a master it never heard from to connect, once enough others
-did (at most a tenth of the round's time): a far master joins from the first round, and
-a silent one costs this once per attempt to reach it."""
+"""How long a round waits for the first connection to a master, once enough others
+connected (at most a tenth of the round's time): a far master joins from the first round,
+and a silent one costs this once."""
 
 
 class AsyncFanout:
@@ -54,6 +54,8 @@ class AsyncFanout:
         """How each connection packs a command (see :func:`_packing_of`)."""
         self._quiet_until = [0.0] * count
         self._failed_openings = [0] * count
+        self._tried = [False] * count
+        """Whether a connection to each target was ever tried (see FIRST_CONTACT_S)."""
         self._guard = Guard()
         self._loop: Any = None
 
@@ -146,7 +148,8 @@ class AsyncFanout:
             if self._openings[index] is None and now >= self._quiet_until[index]:
                 client: Any = self._targets[index].client
                 self._openings[index] = start_opening(client.connection_pool, ends - now)
-                if self._usual_s[index] is None:  # a first contact: how far is it?
+                if not self._tried[index]:  # a first contact: how far is it?
+                    self._tried[index] = True
                     patience = min(FIRST_CONTACT_S, (ends - now) / 10)
         opening = [indexes[at] for at in missing if self._openings[indexes[at]] is not None]
         ready = sum(1 for reply in replies if reply is None) - len(missing)

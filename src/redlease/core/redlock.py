@@ -56,6 +56,8 @@ class Tally:
     """Remaining TTL reported by each master that refused (another holder's lease)."""
     errors: list[BaseException]
     masters: int
+    answered: list[bool]
+    """Per master, in order: whether it answered (a grant or a refusal, not an error)."""
 
     @property
     def fences(self) -> list[int]:
@@ -78,6 +80,15 @@ class Tally:
         be raised to it before a majority can vouch for it."""
         fence = max(self.fences)
         return [index for index, drawn in enumerate(self.granted_by) if drawn != fence]
+
+    def to_raise(self) -> list[int]:
+        """Where the round's fence-floor goes: the masters behind that answered this round,
+        when with those that drew the fence they can make a majority; else every master
+        behind. A master silent in this round is not waited for twice."""
+        behind = self.behind()
+        answered = [index for index in behind if self.answered[index]]
+        needed = quorum(self.masters) - self.confirmed({})
+        return answered if len(answered) >= needed else behind
 
     def confirmed(self, raised: dict[int, object]) -> int:
         """How many masters now hold a counter at least the round's fence: those that drew
@@ -140,8 +151,10 @@ def tally_acquire(replies: Sequence[object]) -> Tally:
     granted: list[int | None] = []
     refused: list[int] = []
     errors: list[BaseException] = []
+    answered: list[bool] = []
     for reply in replies:
         fence = None
+        answered.append(not isinstance(reply, BaseException))
         if isinstance(reply, BaseException):
             if not isinstance(reply, (*NETWORK_ERRORS, LockError)):
                 raise reply
@@ -153,7 +166,7 @@ def tally_acquire(replies: Sequence[object]) -> Tally:
         else:
             errors.append(LockError(f"unexpected reply {reply!r}"))
         granted.append(fence)
-    return Tally(granted, refused, errors, len(replies))
+    return Tally(granted, refused, errors, len(replies), answered)
 
 
 def quorum_answer(answers: Sequence[bool | None]) -> bool | None:

@@ -246,7 +246,7 @@ class RedlockLock(LeaseHandle[Redlock]):
         why = not_granted(tally, elapsed_ms, self._ttl_ms)
         if tally.granted(elapsed_ms, self._ttl_ms):
             fence = max(tally.fences)
-            behind = tally.behind()
+            behind = tally.to_raise()
             floor = RunScript(ScriptName.FENCE_FLOOR, (self.keys.fence,), (fence,))
             needed = locks._quorum - tally.confirmed({})
             raised = (
