@@ -188,9 +188,10 @@ class AsyncRedlockLock(AsyncLeaseHandle[AsyncRedlock]):
         began = clock()
         deadline = None if request.timeout is None else began + request.timeout
         delay = RETRY_DELAYS_S[0]
-        rounds_end = None if deadline is None else max(deadline, began + ROUND_FLOOR_S)
-        if not request.blocking:
-            rounds_end = began + ROUND_FLOOR_S
+        floor = began + ROUND_FLOOR_S
+        rounds_end = (
+            floor if not request.blocking else None if deadline is None else max(deadline, floor)
+        )
         while True:
             within = self._round_time(rounds_end)
             grant, tally, why = await self._round(claim, within)

@@ -34,12 +34,8 @@ ROUND_FLOOR_S = 1.0
 def reconnect_pause(failures: int) -> float:
     """How long a master is left alone after ``failures`` openings failed in a row."""
     first, longest = RECONNECT_PAUSES_S
-    pause = first
-    for _ in range(1, failures):
-        if pause >= longest:
-            break
-        pause *= 2
-    return min(pause, longest)
+    doublings = min(max(failures - 1, 0), 32)  # past the longest anyway; 2**1024 overflows
+    return min(first * float(2**doublings), longest)
 
 
 def quorum(masters: int) -> int:
