@@ -114,18 +114,20 @@ async def test_three_masters_down_refuse_with_server_unavailable(make_redlock, m
     assert values(masters, f"{prefix}:{{payout}}") == ["down"] * 3 + [None] * 2
 
 
-async def test_tokens_increase_across_holders_and_every_counter_is_lifted(
+async def test_tokens_increase_across_holders_and_a_majority_is_lifted_to_each(
     make_redlock, masters, prefix
 ):
     payout_fence = fence_key(prefix, "payout")
-    with redis.Redis(port=masters[4].port) as behind_our_back:
-        behind_our_back.set(payout_fence, 41)  # one master's counter ran ahead of the others
+    for server in masters[2:]:  # a majority's counters ran ahead: every majority has one
+        with redis.Redis(port=server.port) as behind_our_back:
+            behind_our_back.set(payout_fence, 41)
     fences = []
     for _ in range(3):
         client = make_redlock(masters)
         lease = await client.lock("payout", ttl=10).acquire(timeout=2)
         fences.append(lease.fence)
-        assert values(masters, payout_fence) == [str(lease.fence)] * 5
+        lifted = [int(value or 0) >= lease.fence for value in values(masters, payout_fence)]
+        assert sum(lifted) >= 3, f"a majority must hold the fence {lease.fence}: {lifted}"
         assert await client.lock("payout").release() is ReleaseOutcome.RELEASED
 
     assert fences[0] >= 42, "the largest counter of the quorum wins"

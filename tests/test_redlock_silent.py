@@ -240,6 +240,53 @@ async def test_a_far_master_keeps_counting_when_a_near_one_goes_silent(links, fl
         await redlock.aclose()
 
 
+async def test_a_step_a_near_majority_decided_waits_for_no_far_master(
+    masters, links, flavor, prefix
+):
+    """With one master far away (every answer 20 round trips late), acquire, extend and
+    release end on the two near masters' answers. The far master's answers are read, and
+    dropped, before its next ones, so when a near master then goes silent, the far one's
+    answers still count for the steps they answer, and it holds exactly what it was asked
+    to hold."""
+    far = max(0.05, 20 * max(measure_round_trip(link.url) for link in links[:2]))
+    links[2].set(delay=far)
+    redlock = redlock_over(flavor, links, prefix)
+    rival = redlock_over(flavor, links, prefix)
+    try:
+        warm = redlock.lock("warm", ttl=TTL_S)  # the first contacts, and the scripts loaded
+        await warm.acquire(timeout=5)
+        await warm.extend(TTL_S)
+        await warm.release()
+        took = []
+        for _ in range(10):
+            lock = redlock.lock("near", ttl=TTL_S)
+            _, seconds = await timed(lock.acquire(timeout=5))
+            took.append(seconds)
+            _, seconds = await timed(lock.extend(TTL_S))
+            took.append(seconds)
+            outcome, seconds = await timed(lock.release())
+            took.append(seconds)
+            assert outcome is redlease.ReleaseOutcome.RELEASED
+        assert max(took) < far, f"steps took up to {max(took):.3f} s; the far master {far} s"
+
+        links[0].set(mode=Mode.BLACKHOLE)  # now no step has a majority without the far one
+        lease = await redlock.lock("near", ttl=TTL_S).acquire(timeout=5)
+        assert await rival.lock("near", ttl=TTL_S).try_acquire() is None
+        await redlock.lock("near").extend(TTL_S)
+        with redis.Redis(port=masters[2].port) as direct:
+            held = direct.get(f"{prefix}:{{near}}") or b""
+            assert held.endswith(lease.token.encode()), held
+        assert await redlock.lock("near").release() is redlease.ReleaseOutcome.RELEASED
+        await asyncio.sleep(2 * far)
+        with redis.Redis(port=masters[2].port) as direct:
+            assert direct.get(f"{prefix}:{{near}}") is None
+    finally:
+        for link in links:
+            link.set()
+        await rival.aclose()
+        await redlock.aclose()
+
+
 async def test_connections_the_masters_closed_while_idle_are_replaced(
     masters, links, flavor, prefix
 ):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
@@ -41,9 +41,12 @@ from redlease.core.redlock import (
     ROUND_FLOOR_S,
     STRAGGLER_GRACE_S,
     Tally,
+    grants,
     not_granted,
     quorum,
     quorum_answer,
+    raised_to,
+    releases,
     tally_acquire,
     too_few_answers,
     validity_ms,
@@ -115,17 +118,19 @@ class AsyncRedlock(AsyncClient):
         enough: int,
         within: float,
         renewal: bool = False,
+        decided: Callable[[object], bool] | None = None,
     ) -> list[Any]:
         """One script on every master (or those at ``only``) in one round trip from this
         thread: each reply, or the error that stands for it (a refusal as ServerRefused, no
         answer within ``within`` seconds, or soon after ``enough`` masters answered, as a
-        TimeoutError)."""
+        TimeoutError). Once ``enough`` replies passed ``decided`` (the majority the caller
+        needs), the round waits for no other: their replies are ``NOT_AWAITED``."""
         indexes = range(len(self._masters)) if only is None else only
         masters = [self._masters[index] for index in indexes]
         for master in masters:
             await master._on_this_loop()
         fanout = self._renewals_fanout if renewal else self._fanout
-        replies = await fanout.run(op, indexes, enough=enough, within=within)
+        replies = await fanout.run(op, indexes, enough=enough, within=within, decided=decided)
         return [
             refused(op, reply) if isinstance(reply, ResponseErrors) else reply for reply in replies
         ]
@@ -166,7 +171,7 @@ class AsyncRedlockLock(AsyncLeaseHandle[AsyncRedlock]):
     Reentrant per owner like :class:`AsyncLock`. Waiting retries rounds after short random
     pauses (a waiter cannot queue on a majority at once), each with a fresh token.
     ``lease.fence`` is the largest of the quorum's per-master counters, and the winner
-    lifts the other masters' counters to it before ``acquire`` returns; the grant counts
+    lifts the quorum's other counters to it before ``acquire`` returns; the grant counts
     only once a majority confirmed a counter at least that large, in time. Since two
     majorities share a master, a later holder draws a larger token, unless a master lost
     its data (a restart without persistence), which Redlock cannot see.
@@ -240,28 +245,32 @@ class AsyncRedlockLock(AsyncLeaseHandle[AsyncRedlock]):
         started = clock()
         ends = started + within
         acquire = claim.acquire_op("0")
-        replies = await locks._everywhere(acquire, enough=locks._quorum, within=within)
+        replies = await locks._everywhere(
+            acquire, enough=locks._quorum, within=within, decided=grants
+        )
         tally = tally_acquire(
             [acquire_error(acquire, self.keys, reply) or reply for reply in replies]
         )
         elapsed_ms = (clock() - started) * 1000
         why = not_granted(tally, elapsed_ms, self._ttl_ms)
         if tally.granted(elapsed_ms, self._ttl_ms):
-            fence = max(tally.fences)
-            behind = tally.to_raise()
-            floor = RunScript(ScriptName.FENCE_FLOOR, (self.keys.fence,), (fence,))
-            needed = locks._quorum - tally.confirmed({})
-            raised = (
-                await locks._everywhere(floor, behind, enough=needed, within=ends - clock())
-                if behind
-                else []
-            )
+            fence, behind = tally.fence, tally.to_raise()
+            raised: list[Any] = []
+            if behind:
+                floor = RunScript(ScriptName.FENCE_FLOOR, (self.keys.fence,), (fence,))
+                raised = await locks._everywhere(
+                    floor,
+                    behind,
+                    enough=max(locks._quorum - tally.drawn, 0),
+                    within=ends - clock(),
+                    decided=raised_to(fence),
+                )
             grant = Grant(claim, fence, started)
             confirmed = tally.confirmed(dict(zip(behind, raised, strict=True)))
             if confirmed >= locks._quorum and alive(grant, clock()):
                 return grant, tally, None
             why = "a majority granted it, but too few confirmed its fencing token in time"
-        holding = [index for index, fence in enumerate(tally.granted_by) if fence is not None]
+        holding = tally.may_hold()
         if holding:
             give_back = claim.release_op(withdraw=False, latch=False)
             await locks._everywhere(
@@ -278,7 +287,10 @@ class AsyncRedlockLock(AsyncLeaseHandle[AsyncRedlock]):
             fire(lease, lease._mark_lost(PAST_DEADLINE))
         within = max(lease.expires_at - self._locks._clock(), RELEASE_AT_LEAST_S)
         replies = await self._locks._everywhere(
-            lease._claim.release_op(withdraw=False), enough=self._locks._quorum, within=within
+            lease._claim.release_op(withdraw=False),
+            enough=self._locks._quorum,
+            within=within,
+            decided=releases,
         )
         released = sum(1 for code in replies if isinstance(code, int) and code >= RELEASED)
         code = RELEASED if released >= self._locks._quorum else TAKEN_OVER
@@ -300,7 +312,7 @@ class AsyncRedlockLock(AsyncLeaseHandle[AsyncRedlock]):
         # past the lease's current deadline an answer comes too late to keep it
         within = min(validity / 1000, max(lease.expires_at - started, STRAGGLER_GRACE_S))
         quorum = self._locks._quorum
-        replies = await self._locks._everywhere(renew, enough=quorum, within=within)
+        replies = await self._locks._everywhere(renew, enough=quorum, within=within, decided=grants)
         answered = [reply for reply in replies if isinstance(reply, list)]
         kept = sum(1 for reply in answered if int(reply[0]) == 1)
         in_time = (clock() - started) * 1000 < validity

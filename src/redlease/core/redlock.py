@@ -9,8 +9,9 @@ with that one). Nothing here does I/O.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from redlease.compat import TimeoutErrors
 from redlease.core.lease import drift_ms
@@ -29,6 +30,32 @@ from a restart counts again within a fraction of a second."""
 ROUND_FLOOR_S = 1.0
 """The least time a round may wait for the masters when the caller's ``timeout`` is shorter
 (or 0): one round trip to each, a far one included."""
+
+
+class _NotAwaited:
+    def __repr__(self) -> str:
+        return "NOT_AWAITED"
+
+
+NOT_AWAITED = _NotAwaited()
+"""The reply of a master that a round did not wait for, because a majority had already
+decided it (see :func:`grants`): the reply is read, and dropped, before that
+connection's next one."""
+
+
+def grants(reply: object) -> bool:
+    """An acquire or renewal that this master granted (``[1, ...]``)."""
+    return isinstance(reply, list) and bool(reply) and reply[0] == 1
+
+
+def releases(reply: object) -> bool:
+    """A release this master carried out (the lease was there, and is gone)."""
+    return isinstance(reply, int) and not isinstance(reply, bool) and reply >= 1
+
+
+def raised_to(fence: int) -> Callable[[object], bool]:
+    """Whether a fence-floor reply shows a counter at least ``fence``."""
+    return lambda reply: _at_least(reply, fence)
 
 
 def reconnect_pause(failures: int) -> float:
@@ -54,10 +81,22 @@ class Tally:
     masters: int
     answered: list[bool]
     """Per master, in order: whether it answered (a grant or a refusal, not an error)."""
+    unread: list[int]
+    """The masters whose answer the round did not wait for (see :data:`NOT_AWAITED`)."""
 
-    @property
+    @cached_property
     def fences(self) -> list[int]:
         return [fence for fence in self.granted_by if fence is not None]
+
+    @cached_property
+    def fence(self) -> int:
+        """The round's fence: the largest counter drawn (only for a round with grants)."""
+        return max(self.fences)
+
+    @cached_property
+    def drawn(self) -> int:
+        """How many masters drew the round's fence itself."""
+        return self.fences.count(self.fence)
 
     @property
     def reachable(self) -> int:
@@ -68,14 +107,18 @@ class Tally:
         """Masters that did not answer in time (as opposed to refusing the connection)."""
         return sum(1 for error in self.errors if isinstance(error, TimeoutErrors))
 
+    def may_hold(self) -> list[int]:
+        """The masters that granted the round's lease, or may have (their answer unread)."""
+        granted = [index for index, fence in enumerate(self.granted_by) if fence is not None]
+        return sorted(granted + self.unread)
+
     def granted(self, elapsed_ms: float, ttl_ms: int) -> bool:
         return len(self.fences) >= quorum(self.masters) and validity_ms(elapsed_ms, ttl_ms) > 0
 
     def behind(self) -> list[int]:
         """The masters whose counter is not known to be at the round's fence yet: each must
         be raised to it before a majority can vouch for it."""
-        fence = max(self.fences)
-        return [index for index, drawn in enumerate(self.granted_by) if drawn != fence]
+        return [index for index, drawn in enumerate(self.granted_by) if drawn != self.fence]
 
     def to_raise(self) -> list[int]:
         """Where the round's fence-floor goes: the masters behind that answered this round,
@@ -83,16 +126,13 @@ class Tally:
         behind. A master silent in this round is not waited for twice."""
         behind = self.behind()
         answered = [index for index in behind if self.answered[index]]
-        needed = quorum(self.masters) - self.confirmed({})
+        needed = quorum(self.masters) - self.drawn
         return answered if len(answered) >= needed else behind
 
     def confirmed(self, raised: dict[int, object]) -> int:
         """How many masters now hold a counter at least the round's fence: those that drew
         it, and those whose raise (the fence-floor script) answered with it or more."""
-        fence = max(self.fences)
-        drawn = sum(1 for granted in self.granted_by if granted == fence)
-        lifted = sum(1 for reply in raised.values() if _at_least(reply, fence))
-        return drawn + lifted
+        return self.drawn + sum(1 for reply in raised.values() if _at_least(reply, self.fence))
 
 
 def _at_least(reply: object, fence: int) -> bool:
@@ -148,10 +188,13 @@ def tally_acquire(replies: Sequence[object]) -> Tally:
     refused: list[int] = []
     errors: list[BaseException] = []
     answered: list[bool] = []
-    for reply in replies:
+    unread: list[int] = []
+    for index, reply in enumerate(replies):
         fence = None
-        answered.append(not isinstance(reply, BaseException))
-        if isinstance(reply, BaseException):
+        answered.append(not isinstance(reply, BaseException) and reply is not NOT_AWAITED)
+        if reply is NOT_AWAITED:
+            unread.append(index)
+        elif isinstance(reply, BaseException):
             if not isinstance(reply, (*NETWORK_ERRORS, LockError)):
                 raise reply
             errors.append(reply)
@@ -162,7 +205,7 @@ def tally_acquire(replies: Sequence[object]) -> Tally:
         else:
             errors.append(LockError(f"unexpected reply {reply!r}"))
         granted.append(fence)
-    return Tally(granted, refused, errors, len(replies), answered)
+    return Tally(granted, refused, errors, len(replies), answered, unread)
 
 
 def quorum_answer(answers: Sequence[bool | None]) -> bool | None:

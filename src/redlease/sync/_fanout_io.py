@@ -7,14 +7,15 @@ from __future__ import annotations
 import select
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence, Set
 from concurrent.futures import FIRST_COMPLETED, Future
 from concurrent.futures import wait as wait_futures
 from typing import Any
 
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from redlease.core.redlock import straggler_deadline
+from redlease.compat import ResponseErrors
+from redlease.core.redlock import NOT_AWAITED, straggler_deadline
 
 
 def start_opening(pool: Any, within: float) -> Future[tuple[Any, float]]:
@@ -51,11 +52,6 @@ def _open(pool: Any, within: float) -> tuple[Any, float]:
     return connection, time.monotonic() - started
 
 
-def pack(connection: Any, args: tuple[object, ...]) -> Any:
-    """``args`` packed as ``connection`` packs them (by hiredis when it is installed)."""
-    return connection.pack_command(*args)
-
-
 def opened(opening: Future[tuple[Any, float]]) -> tuple[Any, float] | BaseException | None:
     """``None`` while the connection is being opened; then it (and the seconds it took), or
     the error that ended the opening."""
@@ -90,62 +86,148 @@ def await_openings(
         _, pending = wait_futures(pending, remaining, return_when=FIRST_COMPLETED)
 
 
-def read_replies(
-    connections: Sequence[Any], enough: int, within: float, patience: float
-) -> tuple[list[object], list[float | None]]:
-    """The next reply on each connection (or the error met reading it), read as they come,
-    and the seconds each took (``None`` for none).
+NOTHING_OWED = 0
+"""A connection's debt when no reply of an earlier round is left unread on it (a debt is
+how many are: see :func:`read_replies`)."""
 
-    The wait ends ``within`` seconds from now at the latest, and once ``enough`` replies
-    are in, at :func:`~redlease.core.redlock.straggler_deadline` (``patience``: what the
-    slowest usually takes); a connection still silent then has a
-    :class:`redis.exceptions.TimeoutError` instead (its reply may still come: drop it).
+
+def owing(debt: int) -> int:
+    """How many earlier replies a connection with ``debt`` still owes."""
+    return debt
+
+
+def forgive(debt: int) -> None:
+    """A dropped connection's debt: nothing is left to read (see the asyncio twin)."""
+
+
+def pay(connection: Any, debt: int) -> int | BaseException:
+    """``debt`` less the earlier replies already there to read (read, and dropped),
+    without waiting; the error instead if reading broke the connection."""
+    while debt:
+        try:
+            if not connection.can_read(0):
+                return debt
+            connection.read_response()
+        except ResponseErrors:
+            pass
+        except Exception as exc:
+            return exc
+        debt -= 1
+    return debt
+
+
+def read_replies(
+    connections: Sequence[Any],
+    debts: Sequence[int],
+    enough: int,
+    within: float,
+    patience: float,
+    *,
+    decided: Callable[[object], bool] | None = None,
+    behind: Set[int] = frozenset(),
+) -> tuple[list[object], list[float | None], list[int]]:
+    """The next reply on each connection (or the error met reading it), read as they come,
+    the seconds each took (``None`` for none), and each connection's debt after the round.
+
+    A connection's debt is how many replies of earlier rounds it still owes: they are read
+    first, and dropped. The wait ends ``within`` seconds from now at the latest, and once
+    ``enough`` replies are in, at :func:`~redlease.core.redlock.straggler_deadline`
+    (``patience``: what the slowest usually takes). It ends at once when ``enough``
+    replies passed ``decided`` and the connections at the indexes ``behind`` (late with
+    what they owe) were read: a connection not read then has
+    :data:`~redlease.core.redlock.NOT_AWAITED` as its reply, and owes it. A connection
+    still silent at the deadline has a :class:`redis.exceptions.TimeoutError` instead
+    (its reply may still come: drop it).
     """
     started = time.monotonic()
     until = deadline = started + max(within, 0.0)
-    replies: dict[int, object] = {}
-    took: dict[int, float] = {}
-    waiting = dict(enumerate(connections))
-    by_fd = {connection._sock.fileno(): index for index, connection in waiting.items()}
-    ready = _Readiness(by_fd)
-    while True:
-        if len(replies) >= enough:
-            until = min(until, straggler_deadline(started, time.monotonic(), deadline, patience))
+    if enough <= 0:
+        until = straggler_deadline(started, started, deadline, patience)
+    replies: list[object] = [None] * len(connections)
+    took: list[float | None] = [None] * len(connections)
+    owed = list(debts)
+    behind = set(behind)
+    waiting = _Readiness(connections)
+    answered = settled = 0
+    while waiting and not (decided is not None and settled >= enough and not behind):
         remaining = until - time.monotonic()
-        if not waiting or remaining <= 0:
+        if remaining <= 0:
             break
-        for index in ready.wait(remaining):
-            try:
-                replies[index] = waiting.pop(index).read_response()
-            except Exception as exc:
-                replies[index] = exc
-            took[index] = time.monotonic() - started
-            ready.forget(index)
+        for index in waiting.wait(remaining):
+            reply, owed[index] = _next_reply(connections[index], owed[index])
+            if reply is _NOT_YET:
+                waiting.add(index)
+                continue
+            replies[index] = reply
+            took[index] = now = time.monotonic() - started
+            behind.discard(index)
+            answered += 1
+            settled += decided is not None and decided(reply)
+            if answered == enough:
+                until = min(until, straggler_deadline(started, started + now, deadline, patience))
     silent = RedisTimeoutError(f"no reply within {within:.3f} s")
-    indexes = range(len(connections))
-    return [replies.get(index, silent) for index in indexes], [took.get(i) for i in indexes]
+    for index in waiting:
+        if decided is not None and settled >= enough and index not in behind:
+            replies[index], owed[index] = NOT_AWAITED, owed[index] + 1
+        else:
+            replies[index] = silent
+    return replies, took, owed
+
+
+_NOT_YET = object()
+"""What :func:`_next_reply` gives when it only read what was owed."""
+
+
+def _next_reply(connection: Any, debt: int) -> tuple[object, int]:
+    """This round's reply on a connection that has data to read, after its ``debt``
+    earlier replies (dropped); ``_NOT_YET`` (and the debt left) when it runs out of data
+    before this round's reply. An error that breaks the connection is the reply."""
+    if debt:
+        left = pay(connection, debt)
+        if isinstance(left, BaseException):
+            return left, 0
+        try:
+            if left or not connection.can_read(0):
+                return _NOT_YET, left
+        except Exception as exc:
+            return exc, 0
+    try:
+        return connection.read_response(), 0
+    except Exception as exc:
+        return exc, 0
 
 
 class _Readiness:
     """Which of a round's connections have something to read: one poll set for the round
-    (``select`` where there is no ``poll``), a connection leaving it once read."""
+    (``select`` where there is no ``poll``), a connection leaving it once it was ready."""
 
-    def __init__(self, by_fd: dict[int, int]) -> None:
-        self._by_fd = by_fd
-        self._fds = {index: fd for fd, index in by_fd.items()}
+    def __init__(self, connections: Sequence[Any]) -> None:
+        self._fds = [connection._sock.fileno() for connection in connections]
+        self._index_of = {fd: index for index, fd in enumerate(self._fds)}
         self._poller = select.poll() if hasattr(select, "poll") else None
         if self._poller is not None:
-            for fd in by_fd:
+            for fd in self._fds:
                 self._poller.register(fd, select.POLLIN | select.POLLPRI)
 
-    def wait(self, timeout: float) -> list[int]:
-        if self._poller is not None:
-            return [self._by_fd[fd] for fd, _ in self._poller.poll(timeout * 1000)]
-        ready, _, _ = select.select(list(self._by_fd), [], [], timeout)
-        return [self._by_fd[fd] for fd in ready]
+    def __bool__(self) -> bool:
+        return bool(self._index_of)
 
-    def forget(self, index: int) -> None:
-        fd = self._fds.pop(index)
-        del self._by_fd[fd]
+    def __iter__(self) -> Iterator[int]:
+        return iter(list(self._index_of.values()))
+
+    def add(self, index: int) -> None:
+        """Wait for the connection at ``index`` again."""
+        fd = self._fds[index]
+        self._index_of[fd] = index
         if self._poller is not None:
-            self._poller.unregister(fd)
+            self._poller.register(fd, select.POLLIN | select.POLLPRI)
+
+    def wait(self, timeout: float) -> list[int]:
+        """The connections that became ready within ``timeout`` seconds (they leave the set)."""
+        if self._poller is None:
+            fds, _, _ = select.select(list(self._index_of), [], [], timeout)
+        else:
+            fds = [fd for fd, _ in self._poller.poll(timeout * 1000)]
+            for fd in fds:
+                self._poller.unregister(fd)
+        return [self._index_of.pop(fd) for fd in fds]

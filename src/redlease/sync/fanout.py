@@ -18,18 +18,23 @@ the master counts as silent until it is open.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 from contextlib import suppress
 from typing import Any
 
+from redlease._packing import pack, packing_of
 from redlease.compat import ConnectionErrors, NoScriptErrors, TimeoutErrors
 from redlease.core.ops import RunScript
-from redlease.core.redlock import STRAGGLER_GRACE_S, learned, reconnect_pause
+from redlease.core.redlock import NOT_AWAITED, STRAGGLER_GRACE_S, learned, reconnect_pause
 from redlease.sync._fanout_io import (
+    NOTHING_OWED,
     abandon_opening,
     await_openings,
+    forgive,
     opened,
-    pack,
+    owing,
+    pay,
     read_replies,
     start_opening,
 )
@@ -50,35 +55,52 @@ class Fanout:
         count = len(self._targets)
         self._connections: list[Any] = [None] * count
         self._openings: list[Any] = [None] * count
+        self._debts: list[Any] = [NOTHING_OWED] * count
+        """What each connection still owes of earlier rounds (see ``read_replies``)."""
+        self._due: list[deque[float]] = [deque() for _ in range(count)]
+        """When each reply a connection owes was due, oldest first: a master later than
+        that with one is waited for (or found silent) before a round may end without it."""
         self._usual_s: list[float | None] = [None] * count
         self._styles: list[tuple[object, ...]] = [()] * count
-        """How each connection packs a command (see :func:`_packing_of`)."""
+        """How each connection packs a command (see :func:`~redlease._packing.packing_of`)."""
         self._quiet_until = [0.0] * count
         self._failed_openings = [0] * count
         self._tried = [False] * count
         """Whether a connection to each target was ever tried (see FIRST_CONTACT_S)."""
+        self._clustered = {index for index, target in enumerate(self._targets) if target.cluster}
+        """The targets that are clusters: a round sends them the script by the usual path."""
         self._guard = Guard()
         self._loop: Any = None
 
     def run(
-        self, op: RunScript, only: Sequence[int] | None = None, *, enough: int, within: float
+        self,
+        op: RunScript,
+        only: Sequence[int] | None = None,
+        *,
+        enough: int,
+        within: float,
+        decided: Callable[[object], bool] | None = None,
     ) -> list[Any]:
         """The reply of every target (or those at the indexes ``only``), in order; a target
         that failed, or did not answer in time, has the exception instead.
 
         Nothing waits past ``within`` seconds, nor much past the moment ``enough`` targets
-        answered, connecting included. A kept connection that the server had closed (an
-        idle timeout) is replaced and the script sent again on the new one, once: the
-        scripts answer a repeat as they answered the first.
+        answered, connecting included; and nothing waits once ``enough`` replies passed
+        ``decided``: a target not heard from by then has
+        :data:`~redlease.core.redlock.NOT_AWAITED` (its reply is dropped when it comes).
+
+        A kept connection that the server had closed (an idle timeout) is replaced and the
+        script sent again on the new one, once: the scripts answer a repeat as they
+        answered the first.
         """
         indexes = list(range(len(self._targets))) if only is None else list(only)
         with self._guard:  # the round's time starts once it has the connections
             ends = time.monotonic() + within
             self._follow_loop()
-            replies, stale = self._round(op, indexes, enough, ends)
+            replies, stale = self._round(op, indexes, enough, ends, decided)
             if stale:
-                answered = sum(1 for reply in replies if not isinstance(reply, Exception))
-                again, _ = self._round(op, stale, max(enough - answered, 0), ends)
+                left = enough - _counted(replies, decided)
+                again, _ = self._round(op, stale, max(left, 0), ends, decided)
                 for index, reply in zip(stale, again, strict=True):
                     replies[indexes.index(index)] = reply
             return replies
@@ -99,33 +121,43 @@ class Fanout:
             self._loop = loop
             self._connections = [None] * len(self._targets)
             self._openings = [None] * len(self._targets)
+            self._debts = [NOTHING_OWED] * len(self._targets)
+            self._due = [deque() for _ in self._targets]
 
     def _round(
-        self, op: RunScript, indexes: list[int], enough: int, ends: float
+        self,
+        op: RunScript,
+        indexes: list[int],
+        enough: int,
+        ends: float,
+        decided: Callable[[object], bool] | None,
     ) -> tuple[list[Any], list[int]]:
         """The replies, and the targets whose kept connection turned out closed."""
         replies: list[Any] = [None] * len(indexes)
         for at, index in enumerate(indexes):
-            if self._targets[index].cluster:  # it routes by itself
+            if index in self._clustered:  # it routes by itself
                 replies[at] = _alone(self._targets[index], op)
-        kept = {index for index in indexes if self._connections[index] is not None}
+        kept = [self._connections[index] is not None for index in indexes]
         self._connect(indexes, replies, enough, ends)
         command = ("EVALSHA", op.script.sha, len(op.keys), *op.keys, *op.args)
-        self._exchange(command, indexes, replies, enough, ends)
-        unscripted = [at for at, reply in enumerate(replies) if isinstance(reply, NoScriptErrors)]
+        self._exchange(command, indexes, replies, enough, ends, decided=decided)
+        failed = [at for at, reply in enumerate(replies) if isinstance(reply, Exception)]
+        if not failed:
+            return replies, []
+        unscripted = [at for at in failed if isinstance(replies[at], NoScriptErrors)]
         if unscripted:  # a new or restarted master: the source, on the same connections
             for at in unscripted:
                 replies[at] = None
-            answered = sum(1 for reply in replies if not isinstance(reply, (Exception, type(None))))
+            left = max(enough - _counted(replies, decided), 0)
             command = ("EVAL", op.script.source, *command[2:])
-            self._exchange(command, indexes, replies, max(enough - answered, 0), ends)
+            self._exchange(command, indexes, replies, left, ends, decided=decided)
         for at, index in enumerate(indexes):
             if isinstance(replies[at], Exception):
                 self._drop(index)
         stale = [
             index
-            for index, reply in zip(indexes, replies, strict=True)
-            if index in kept and isinstance(reply, ConnectionErrors)
+            for at, index in enumerate(indexes)
+            if kept[at] and isinstance(replies[at], ConnectionErrors)
         ]
         return replies, stale
 
@@ -175,13 +207,13 @@ class Fanout:
             return outcome
         self._failed_openings[index] = 0
         self._connections[index], seconds = outcome
-        self._styles[index] = _packing_of(self._connections[index])
+        self._styles[index] = packing_of(self._connections[index])
         self._usual_s[index] = learned(self._usual_s[index], seconds / CONNECT_ROUND_TRIPS)
         return None
 
     def _slowest(self, indexes: list[int]) -> float:
         """What the slowest of these targets usually takes to answer (0 when unknown)."""
-        return max((self._usual_s[index] or 0.0 for index in indexes), default=0.0)
+        return max([self._usual_s[index] or 0.0 for index in indexes], default=0.0)
 
     def _exchange(
         self,
@@ -190,24 +222,70 @@ class Fanout:
         replies: list[Any],
         enough: int,
         ends: float,
+        *,
+        decided: Callable[[object], bool] | None,
     ) -> None:
         """``command`` to the targets whose reply is still ``None``, then their replies read
         as they come, until ``enough`` answered and the stragglers had their time, or
-        ``ends``; each reply (or the error standing for it) goes in ``replies``."""
+        ``enough`` passed ``decided``, or ``ends``; each reply (or the error standing for
+        it) goes in ``replies``."""
         packed: dict[tuple[object, ...], Any] = {}
-        for at, index in enumerate(indexes):
-            if replies[at] is None:
-                replies[at] = self._send(index, command, packed)
-        reading = [at for at, reply in enumerate(replies) if reply is None]
+        reading = []
+        started = time.monotonic()
+        for at, reply in enumerate(replies):
+            if reply is None:
+                index = indexes[at]
+                error = self._pay_debt(index) if self._debts[index] else None
+                if error is None:
+                    error = self._send(index, command, packed)
+                replies[at] = error
+                if error is None:
+                    reading.append(at)
         connections = [self._connections[indexes[at]] for at in reading]
         within = max(ends - time.monotonic(), STRAGGLER_GRACE_S)  # for replies under way
         patience = 2 * self._slowest([indexes[at] for at in reading])
-        answers, took = read_replies(connections, min(enough, len(reading)), within, patience)
-        for at, answer, seconds in zip(reading, answers, took, strict=True):
+        debts = [self._debts[indexes[at]] for at in reading]
+        behind = {
+            position
+            for position, at in enumerate(reading)
+            if (due := self._due[indexes[at]]) and due[0] <= started
+        }
+        answers, took, debts = read_replies(
+            connections,
+            debts,
+            min(enough, len(reading)),
+            within,
+            patience,
+            decided=decided,
+            behind=behind,
+        )
+        now = time.monotonic()
+        for at, answer, seconds, debt in zip(reading, answers, took, debts, strict=True):
             index = indexes[at]
+            if answer is NOT_AWAITED:
+                allowance = max(STRAGGLER_GRACE_S, now - started, 2 * (self._usual_s[index] or 0))
+                self._due[index].append(now + allowance)
+            if debt or self._debts[index]:
+                self._owe(index, debt)
             if seconds is not None and not isinstance(answer, ConnectionErrors):
                 self._usual_s[index] = learned(self._usual_s[index], seconds)
             replies[at] = answer
+
+    def _pay_debt(self, index: int) -> BaseException | None:
+        """What the target's connection owes, less the replies already there (dropped);
+        the error instead if reading them broke the connection."""
+        debt = pay(self._connections[index], self._debts[index])
+        if isinstance(debt, BaseException):
+            self._owe(index, NOTHING_OWED)
+            return debt
+        self._owe(index, debt)
+        return None
+
+    def _owe(self, index: int, debt: Any) -> None:
+        self._debts[index] = debt
+        due = self._due[index]
+        while len(due) > owing(debt):
+            due.popleft()  # the oldest were paid first
 
     def _send(
         self, index: int, command: tuple[object, ...], packed: dict[tuple[object, ...], Any]
@@ -230,20 +308,20 @@ class Fanout:
         return None
 
     def _drop(self, index: int) -> None:
+        forgive(self._debts[index])
+        self._owe(index, NOTHING_OWED)
         connection, self._connections[index] = self._connections[index], None
         if connection is not None:
             with suppress(Exception):  # a broken connection is dropped anyway
                 connection.disconnect()
 
 
-def _packing_of(connection: Any) -> tuple[object, ...]:
-    """What decides the bytes a connection packs a command into: its packer and encoding."""
-    encoder = getattr(connection, "encoder", None)
-    return (
-        type(getattr(connection, "_command_packer", None)),
-        getattr(encoder, "encoding", None),
-        getattr(encoder, "encoding_errors", None),
-    )
+def _counted(replies: list[Any], decided: Callable[[object], bool] | None) -> int:
+    """How many replies count towards ``enough``: those that passed ``decided``, or else
+    every answer."""
+    if decided is not None:
+        return sum(1 for reply in replies if decided(reply))
+    return sum(1 for reply in replies if reply is not None and not isinstance(reply, Exception))
 
 
 def _alone(scripts: Scripts, op: RunScript) -> Any:
