@@ -287,6 +287,41 @@ async def test_a_step_a_near_majority_decided_waits_for_no_far_master(
         await redlock.aclose()
 
 
+async def test_health_checks_on_the_clients_hold_up_no_step(masters, links, flavor, prefix):
+    """Clients built with ``health_check_interval`` (common in production): a step sends no
+    PING first, which a far master would answer only after the replies it still owes
+    (holding the step up by its round trip, then failing as a bad PONG)."""
+    far = max(0.05, 20 * max(measure_round_trip(link.url) for link in links[:2]))
+    links[2].set(delay=far)
+    module: Any = redis.asyncio if flavor == "async" else redis
+    clients = [
+        module.Redis.from_url(
+            link.url, socket_timeout=SOCKET_TIMEOUT_S, health_check_interval=0.001
+        )
+        for link in links
+    ]
+    redlock: Any = (
+        redlease.AsyncRedlock(clients, prefix=prefix)
+        if flavor == "async"
+        else SyncLocksAdapter(redlease.Redlock(clients, prefix=prefix))
+    )
+    try:
+        warm = redlock.lock("warm", ttl=TTL_S)
+        await warm.acquire(timeout=5)
+        await warm.release()
+        took = []
+        for _ in range(10):
+            lock = redlock.lock("checked", ttl=TTL_S)
+            _, seconds = await timed(lock.acquire(timeout=5))
+            took.append(seconds)
+            _, seconds = await timed(lock.release())
+            took.append(seconds)
+        assert max(took) < far, f"steps took up to {max(took):.3f} s; the far master {far} s"
+    finally:
+        links[2].set()
+        await redlock.aclose()
+
+
 async def test_connections_the_masters_closed_while_idle_are_replaced(
     masters, links, flavor, prefix
 ):

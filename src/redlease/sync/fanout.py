@@ -293,7 +293,9 @@ class Fanout:
         """``None`` once sent on the target's connection; otherwise the error.
 
         Every master gets the same command: it is packed once per round (``packed``, by how
-        a connection packs), since packing costs about as much as the send.
+        a connection packs), since packing costs about as much as the send. No health check
+        first: its PING would be answered after any reply the connection still owes, and
+        the round itself finds a broken connection (and replaces one the server closed).
         """
         try:
             connection = self._connections[index]
@@ -301,7 +303,7 @@ class Fanout:
             bytes_ = packed.get(style)
             if bytes_ is None:
                 bytes_ = packed[style] = pack(connection, command)
-            connection.send_packed_command(bytes_)
+            connection.send_packed_command(bytes_, check_health=False)
         except Exception as exc:
             self._drop(index)
             return exc
