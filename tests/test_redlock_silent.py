@@ -64,6 +64,21 @@ def step_bound(links: list[Link]) -> float:
     return max(TTL_S / 4, 50 * round_trip)
 
 
+def far_away(links: list[Link]) -> float:
+    """Puts the last master 20 of the others' round trips away (at least 50 ms): how far."""
+    far = max(0.05, 20 * max(measure_round_trip(link.url) for link in links[:-1]))
+    links[-1].set(delay=far)
+    return far
+
+
+async def warm_up(redlock: Any) -> None:
+    """The first contact with each master made, and the scripts of every step loaded."""
+    warm = redlock.lock("warm", ttl=TTL_S)
+    await warm.acquire(timeout=5)
+    await warm.extend(TTL_S)
+    await warm.release()
+
+
 async def timed(step: Any) -> tuple[Any, float]:
     started = time.monotonic()
     result = await step
@@ -248,15 +263,11 @@ async def test_a_step_a_near_majority_decided_waits_for_no_far_master(
     dropped, before its next ones, so when a near master then goes silent, the far one's
     answers still count for the steps they answer, and it holds exactly what it was asked
     to hold."""
-    far = max(0.05, 20 * max(measure_round_trip(link.url) for link in links[:2]))
-    links[2].set(delay=far)
+    far = far_away(links)
     redlock = redlock_over(flavor, links, prefix)
     rival = redlock_over(flavor, links, prefix)
     try:
-        warm = redlock.lock("warm", ttl=TTL_S)  # the first contacts, and the scripts loaded
-        await warm.acquire(timeout=5)
-        await warm.extend(TTL_S)
-        await warm.release()
+        await warm_up(redlock)
         took = []
         for _ in range(10):
             lock = redlock.lock("near", ttl=TTL_S)
@@ -291,8 +302,7 @@ async def test_health_checks_on_the_clients_hold_up_no_step(masters, links, flav
     """Clients built with ``health_check_interval`` (common in production): a step sends no
     PING first, which a far master would answer only after the replies it still owes
     (holding the step up by its round trip, then failing as a bad PONG)."""
-    far = max(0.05, 20 * max(measure_round_trip(link.url) for link in links[:2]))
-    links[2].set(delay=far)
+    far = far_away(links)
     module: Any = redis.asyncio if flavor == "async" else redis
     clients = [
         module.Redis.from_url(
@@ -306,9 +316,7 @@ async def test_health_checks_on_the_clients_hold_up_no_step(masters, links, flav
         else SyncLocksAdapter(redlease.Redlock(clients, prefix=prefix))
     )
     try:
-        warm = redlock.lock("warm", ttl=TTL_S)
-        await warm.acquire(timeout=5)
-        await warm.release()
+        await warm_up(redlock)
         took = []
         for _ in range(10):
             lock = redlock.lock("checked", ttl=TTL_S)
