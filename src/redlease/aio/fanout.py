@@ -6,7 +6,10 @@ one round trip, not one per master, with no thread pool. Each master gets a conn
 its own, kept between rounds (the pool's bookkeeping per command costs more than the send
 itself), and rounds take turns on them.
 
-A master that does not answer holds a round up only until enough others did and the
+A round that enough answers settled (``decided``: a majority granted, say) ends on them;
+the other targets' replies are read, and dropped, before their next ones, and a target
+whose reply is overdue is waited for by the next round (see ``read_replies``). Otherwise a
+master that does not answer holds a round up only until enough others did and the
 stragglers had their time (see :func:`~redlease.core.redlock.straggler_deadline`): as long
 again as the majority took, twice what each master usually takes (learned from its answers,
 so a far but healthy master keeps counting), never past the round's time. A silent
