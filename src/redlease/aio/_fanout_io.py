@@ -75,8 +75,13 @@ def forgive(debt: Debt) -> None:
         read.add_done_callback(_retrieved)
 
 
-def pay(connection: Any, debt: Debt) -> Debt:
-    """``debt`` less the earlier replies already read (they are dropped), without waiting."""
+def pay(connections: Sequence[Any], debts: Sequence[Debt]) -> list[Debt]:
+    """Each debt less the earlier replies already read (they are dropped), without
+    waiting."""
+    return [_paid(debt) for debt in debts]
+
+
+def _paid(debt: Debt) -> Debt:
     paid = 0
     for read in debt:
         if not read.done():

@@ -236,13 +236,10 @@ class AsyncFanout:
         packed: dict[tuple[object, ...], Any] = {}
         reading = []
         started = time.monotonic()
+        self._pay_debts(indexes, replies)
         for at, reply in enumerate(replies):
             if reply is None:
-                index = indexes[at]
-                error = self._pay_debt(index) if self._debts[index] else None
-                if error is None:
-                    error = await self._send(index, command, packed)
-                replies[at] = error
+                replies[at] = error = await self._send(indexes[at], command, packed)
                 if error is None:
                     reading.append(at)
         connections = [self._connections[indexes[at]] for at in reading]
@@ -275,15 +272,22 @@ class AsyncFanout:
                 self._usual_s[index] = learned(self._usual_s[index], seconds)
             replies[at] = answer
 
-    def _pay_debt(self, index: int) -> BaseException | None:
-        """What the target's connection owes, less the replies already there (dropped);
-        the error instead if reading them broke the connection."""
-        debt = pay(self._connections[index], self._debts[index])
-        if isinstance(debt, BaseException):
-            self._owe(index, NOTHING_OWED)
-            return debt
-        self._owe(index, debt)
-        return None
+    def _pay_debts(self, indexes: list[int], replies: list[Any]) -> None:
+        """What the targets about to be sent to still owe, less the replies already there
+        (dropped); a target whose connection broke reading them gets the error as its
+        reply."""
+        owing_at = [at for at, reply in enumerate(replies) if reply is None]
+        owing_at = [at for at in owing_at if self._debts[indexes[at]]]
+        if not owing_at:
+            return
+        left = pay(
+            [self._connections[indexes[at]] for at in owing_at],
+            [self._debts[indexes[at]] for at in owing_at],
+        )
+        for at, debt in zip(owing_at, left, strict=True):
+            if isinstance(debt, BaseException):
+                replies[at] = debt
+            self._owe(indexes[at], NOTHING_OWED if isinstance(debt, BaseException) else debt)
 
     def _owe(self, index: int, debt: Any) -> None:
         self._debts[index] = debt

@@ -100,20 +100,31 @@ def forgive(debt: int) -> None:
     """A dropped connection's debt: nothing is left to read (see the asyncio twin)."""
 
 
-def pay(connection: Any, debt: int) -> int | BaseException:
-    """``debt`` less the earlier replies already there to read (read, and dropped),
-    without waiting; the error instead if reading broke the connection."""
-    while debt:
+def pay(connections: Sequence[Any], debts: Sequence[int]) -> list[int | BaseException]:
+    """Each debt less the earlier replies already there to read (read, and dropped),
+    without waiting (one poll for them all); the error instead for a connection that
+    reading broke."""
+    left: list[int | BaseException] = list(debts)
+    for index in _Readiness(connections).wait(0):
+        left[index] = _pay(connections[index], debts[index])
+    return left
+
+
+def _pay(connection: Any, debt: int) -> int | BaseException:
+    """``debt`` less the replies already there, on a connection that has data to read."""
+    while True:
         try:
-            if not connection.can_read(0):
-                return debt
             connection.read_response()
         except ResponseErrors:
             pass
         except Exception as exc:
             return exc
         debt -= 1
-    return debt
+        try:
+            if not debt or not connection.can_read(0):
+                return debt
+        except Exception as exc:
+            return exc
 
 
 def read_replies(
@@ -183,7 +194,7 @@ def _next_reply(connection: Any, debt: int) -> tuple[object, int]:
     earlier replies (dropped); ``_NOT_YET`` (and the debt left) when it runs out of data
     before this round's reply. An error that breaks the connection is the reply."""
     if debt:
-        left = pay(connection, debt)
+        left = _pay(connection, debt)
         if isinstance(left, BaseException):
             return left, 0
         try:
