@@ -10,6 +10,8 @@ own deadline can keep a step short.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -419,3 +421,70 @@ def test_one_connection_is_opened_at_a_time_per_silent_master(links, prefix):
     finally:
         links[0].set()
         redlock.close()
+
+
+class TimeLimit(Exception):
+    """What a time limit's signal handler raises (Celery's soft limit, say, or Ctrl-C)."""
+
+
+def test_a_round_cut_short_by_a_signal_leaves_no_answer_to_misread(masters, links, prefix):
+    """A sync acquire interrupted while two far masters' answers are on their way: those
+    answers must never be read as the answers to the client's next commands (a grant of
+    the interrupted round taken for a grant now would make two holders)."""
+    far = 10 * max(measure_round_trip(link.url) for link in links)
+    for link in links[1:]:
+        link.set(delay=max(0.03, far))
+    redlock = redlease.Redlock([link.url for link in links], prefix=prefix)
+    rival = redlease.Redlock([server.url for server in masters], prefix=prefix)
+
+    def time_limit(signum: int, frame: object) -> None:
+        raise TimeLimit
+
+    previous = signal.signal(signal.SIGUSR1, time_limit)
+    try:
+        lock = redlock.lock("job", ttl=0.5, renew=False)
+        lock.acquire(timeout=1)  # the connections opened and the scripts loaded
+        lock.release()
+        threading.Timer(0.01, os.kill, (os.getpid(), signal.SIGUSR1)).start()
+        with pytest.raises(TimeLimit):
+            lock.acquire(timeout=1)
+            time.sleep(1)  # acquired before the signal: it still comes
+        time.sleep(0.7)  # whatever the cut round left behind has expired
+        held = rival.lock("job", ttl=10, renew=False).acquire(timeout=1)
+        with pytest.raises(redlease.LockTimeout):
+            lease = redlock.lock("job", ttl=10, renew=False).acquire(timeout=0.3)
+            pytest.fail(f"two holders: fences {held.fence} and {lease.fence}")
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        for link in links:
+            link.set()
+        redlock.close()
+        rival.close()
+
+
+async def test_a_cancelled_step_leaves_no_connection_to_reopen_inline(masters, links, prefix):
+    """Acquires cancelled while a silent master's answer is awaited: the next steps still
+    end by their timeout (the cancelled reads had closed connections that a send would
+    have reopened inline, with no bound, while holding up every step of the client)."""
+    redlock = redlease.AsyncRedlock([link.url for link in links], prefix=prefix)
+    rival = redlease.AsyncRedlock([server.url for server in masters], prefix=prefix)
+    try:
+        lock = redlock.lock("job", ttl=5)
+        await lock.acquire(timeout=1)  # every connection open
+        await lock.release()
+        links[0].set(mode=Mode.BLACKHOLE)
+        held = rival.lock("job", ttl=5)
+        await held.acquire(timeout=1)
+        for _ in range(5):
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(redlock.lock("job", ttl=5).acquire(timeout=1), 0.003)
+        await held.release()
+        lease, took = await timed(
+            asyncio.wait_for(redlock.lock("job", ttl=5).acquire(timeout=1), 10)
+        )
+        assert took < 1.5, f"acquire(timeout=1) took {took:.2f} s"
+        assert lease.fence > 0
+    finally:
+        links[0].set()
+        await redlock.aclose()
+        await rival.aclose()

@@ -50,6 +50,18 @@ def abandon_opening(opening: asyncio.Task[tuple[Any, float]]) -> None:
     opening.cancel()
 
 
+def is_open(connection: Any) -> bool:
+    """Whether ``connection`` is still connected (redis-py closes one whose read failed or
+    was cancelled; sending on it would reconnect inline, with no bound)."""
+    return bool(connection.is_connected)
+
+
+def abandon(connection: Any) -> None:
+    """Close ``connection`` without waiting (from a round that was interrupted)."""
+    closing = asyncio.ensure_future(connection.disconnect(nowait=True))
+    closing.add_done_callback(_retrieved)
+
+
 async def await_openings(
     openings: Sequence[asyncio.Task[Any]], enough: int, within: float, patience: float
 ) -> None:

@@ -28,9 +28,11 @@ from typing import Any
 from redlease._packing import pack, packing_of
 from redlease.aio._fanout_io import (
     NOTHING_OWED,
+    abandon,
     abandon_opening,
     await_openings,
     forgive,
+    is_open,
     opened,
     owing,
     pay,
@@ -99,12 +101,17 @@ class AsyncFanout:
         async with self._guard:  # the round's time starts once it has the connections
             ends = time.monotonic() + within
             self._follow_loop()
-            replies, stale = await self._round(op, indexes, enough, ends, decided)
-            if stale:
-                left = enough - _counted(replies, decided)
-                again, _ = await self._round(op, stale, max(left, 0), ends, decided)
-                for index, reply in zip(stale, again, strict=True):
-                    replies[indexes.index(index)] = reply
+            try:
+                replies, stale = await self._round(op, indexes, enough, ends, decided)
+                if stale:
+                    left = enough - _counted(replies, decided)
+                    again, _ = await self._round(op, stale, max(left, 0), ends, decided)
+                    for index, reply in zip(stale, again, strict=True):
+                        replies[indexes.index(index)] = reply
+            except BaseException:  # cut short (a cancel, Ctrl-C, a time limit's signal)
+                for index in indexes:  # what they still owe is unknown: never read it
+                    self._abandon(index)
+                raise
             return replies
 
     async def close(self) -> None:
@@ -307,6 +314,8 @@ class AsyncFanout:
         """
         try:
             connection = self._connections[index]
+            if not is_open(connection):
+                raise ConnectionErrors[0]("the connection was closed")
             style = self._styles[index]
             bytes_ = packed.get(style)
             if bytes_ is None:
@@ -318,12 +327,23 @@ class AsyncFanout:
         return None
 
     async def _drop(self, index: int) -> None:
-        forgive(self._debts[index])
-        self._owe(index, NOTHING_OWED)
-        connection, self._connections[index] = self._connections[index], None
+        connection = self._take(index)
         if connection is not None:
             with suppress(Exception):  # a broken connection is dropped anyway
                 await connection.disconnect()
+
+    def _abandon(self, index: int) -> None:
+        """Drop the target's connection without waiting for it to close."""
+        connection = self._take(index)
+        if connection is not None:
+            abandon(connection)
+
+    def _take(self, index: int) -> Any:
+        """The target's connection, no longer the target's (nor what it owed)."""
+        forgive(self._debts[index])
+        self._owe(index, NOTHING_OWED)
+        connection, self._connections[index] = self._connections[index], None
+        return connection
 
 
 def _counted(replies: list[Any], decided: Callable[[object], bool] | None) -> int:

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence, Set
 from concurrent.futures import FIRST_COMPLETED, Future
 from concurrent.futures import wait as wait_futures
+from contextlib import suppress
 from typing import Any
 
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -50,6 +51,18 @@ def _open(pool: Any, within: float) -> tuple[Any, float]:
         connection.socket_timeout, connection.socket_connect_timeout = kept
     connection._sock.settimeout(kept[0])
     return connection, time.monotonic() - started
+
+
+def is_open(connection: Any) -> bool:
+    """Whether ``connection`` is still connected (redis-py closes one whose read failed;
+    sending on it would reconnect inline, with no bound)."""
+    return connection._sock is not None
+
+
+def abandon(connection: Any) -> None:
+    """Close ``connection`` (from a round that was interrupted)."""
+    with suppress(Exception):
+        connection.disconnect()
 
 
 def opened(opening: Future[tuple[Any, float]]) -> tuple[Any, float] | BaseException | None:
