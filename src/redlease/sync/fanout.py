@@ -174,7 +174,8 @@ class Fanout:
     def _connect(self, indexes: list[int], replies: list[Any], enough: int, ends: float) -> None:
         """Connections for the targets at ``indexes`` that lack one, opened at once in the
         background; a target whose connection is not open in time gets an error as its
-        reply (its opening goes on, for a later round)."""
+        reply (its opening goes on, for a later round). When enough others are connected,
+        only a first contact is waited for."""
         now = time.monotonic()
         missing = [
             at
@@ -194,12 +195,13 @@ class Fanout:
                     patience = min(FIRST_CONTACT_S, (ends - now) / 10)
         opening = [indexes[at] for at in missing if self._openings[indexes[at]] is not None]
         ready = sum(1 for reply in replies if reply is None) - len(missing)
-        await_openings(
-            [self._openings[index] for index in opening],
-            max(enough - ready, 0),
-            ends - now,
-            max(patience, CONNECT_ROUND_TRIPS * self._slowest(opening)),
-        )
+        if opening and (ready < enough or patience):  # else they count from a later round
+            await_openings(
+                [self._openings[index] for index in opening],
+                max(enough - ready, 0),
+                ends - now,
+                max(patience, CONNECT_ROUND_TRIPS * self._slowest(opening)),
+            )
         for at in missing:
             replies[at] = self._take_opened(indexes[at])
 
