@@ -512,3 +512,58 @@ async def test_a_master_silent_for_good_holds_up_no_step_while_it_is_reconnected
     finally:
         links[0].set()
         await redlock.aclose()
+
+
+def holders(masters: list[EmbeddedServer], key: str) -> list[bytes | None]:
+    found = []
+    for server in masters:
+        with redis.Redis(port=server.port) as direct:
+            found.append(direct.get(key))
+    return found
+
+
+async def test_a_cancelled_acquire_leaves_no_lease_behind(masters, links, prefix):
+    """An acquire cancelled while two far masters' grants are on their way: they are given
+    back, so the lock is free again within moments, not held for its TTL by no one."""
+    far = max(0.03, 10 * max(measure_round_trip(link.url) for link in links))
+    redlock = redlease.AsyncRedlock([link.url for link in links], prefix=prefix)
+    try:
+        await warm_up(redlock)
+        for link in links[1:]:
+            link.set(delay=far)
+        for _ in range(5):
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(redlock.lock("job", ttl=10).acquire(timeout=1), far / 3)
+        await asyncio.sleep(0.2 + 10 * far)  # the grants landed, then the give-backs
+        assert holders(masters, f"{prefix}:{{job}}") == [None] * 3
+    finally:
+        for link in links:
+            link.set()
+        await redlock.aclose()
+
+
+def test_an_acquire_cut_by_a_signal_leaves_no_lease_behind(masters, links, prefix):
+    far = max(0.03, 10 * max(measure_round_trip(link.url) for link in links))
+    redlock = redlease.Redlock([link.url for link in links], prefix=prefix)
+
+    def time_limit(signum: int, frame: object) -> None:
+        raise TimeLimit
+
+    previous = signal.signal(signal.SIGUSR1, time_limit)
+    try:
+        lock = redlock.lock("job", ttl=10, renew=False)
+        lock.acquire(timeout=1)
+        lock.release()
+        for link in links[1:]:
+            link.set(delay=far)
+        threading.Timer(far / 3, os.kill, (os.getpid(), signal.SIGUSR1)).start()
+        with pytest.raises(TimeLimit):
+            lock.acquire(timeout=1)
+            time.sleep(1)  # acquired before the signal: it still comes
+        time.sleep(0.2 + 10 * far)
+        assert holders(masters, f"{prefix}:{{job}}") == [None] * 3
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        for link in links:
+            link.set()
+        redlock.close()

@@ -16,9 +16,9 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from redlease.aio._flavor import current_owner, fire, sleep
+from redlease.aio._flavor import Worker, current_owner, fire, logger, sleep
 from redlease.aio.client import AsyncClient
-from redlease.aio.engine import AsyncEngine
+from redlease.aio.engine import LATE_COMMAND_S, AsyncEngine
 from redlease.aio.fanout import AsyncFanout
 from redlease.aio.handle import AsyncLeaseHandle
 from redlease.aio.renewer import AsyncRenewer
@@ -93,6 +93,7 @@ class AsyncRedlock(AsyncClient):
         """The renewal worker, and two fan-outs: renewals get their own connections, so no
         amount of acquiring and releasing on the client can make them wait their turn."""
         self._renewer = AsyncRenewer(self)
+        self._giving_back: set[Worker] = set()
         self._fanout = AsyncFanout([master._scripts for master in self._masters])
         self._renewals_fanout = AsyncFanout([master._scripts for master in self._masters])
 
@@ -155,9 +156,25 @@ class AsyncRedlock(AsyncClient):
         ]
         return [quorum_answer([answers[i] for answers in per_master]) for i in range(len(due))]
 
+    def _give_back_later(self, claim: Claim, within: float) -> None:
+        """A step cut short (a cancel, Ctrl-C, a time limit's signal) may have left its
+        grant on some masters: give it back on every master from a worker of its own,
+        after a moment (the cut step's commands may still be on their way)."""
+        self._giving_back = {worker for worker in self._giving_back if worker.alive()}
+        self._giving_back.add(Worker(lambda: self._give_back(claim, within), "redlease-give-back"))
+
+    async def _give_back(self, claim: Claim, within: float) -> None:
+        await sleep(LATE_COMMAND_S)
+        release = claim.release_op(withdraw=False, latch=False)
+        replies = await self._everywhere(release, enough=len(self._masters), within=within)
+        if any(isinstance(reply, Exception) for reply in replies):
+            logger.debug("could not give back all of a cut-short step on %r", claim.keys.name)
+
     async def aclose(self) -> None:
         """Stop the renewal worker and close every master's client; no new lease after."""
         self._closed = True
+        for worker in self._giving_back:
+            await worker.stop()
         await self._renewer.stop()
         await self._fanout.close()
         await self._renewals_fanout.close()
@@ -199,7 +216,11 @@ class AsyncRedlockLock(AsyncLeaseHandle[AsyncRedlock]):
         )
         while True:
             within = self._round_time(rounds_end)
-            grant, tally, why = await self._round(claim, within)
+            try:
+                grant, tally, why = await self._round(claim, within)
+            except BaseException:
+                self._locks._give_back_later(claim, self._ttl_ms / 1000)
+                raise
             if grant is not None:
                 return self._settle(owner, grant, request, self._role)
             unanswered = tally.reachable < self._locks._quorum
@@ -286,12 +307,16 @@ class AsyncRedlockLock(AsyncLeaseHandle[AsyncRedlock]):
         if lease.lost:  # past its deadline: tell the holder now, not when the replies come
             fire(lease, lease._mark_lost(PAST_DEADLINE))
         within = max(lease.expires_at - self._locks._clock(), RELEASE_AT_LEAST_S)
-        replies = await self._locks._everywhere(
-            lease._claim.release_op(withdraw=False),
-            enough=self._locks._quorum,
-            within=within,
-            decided=releases,
-        )
+        try:
+            replies = await self._locks._everywhere(
+                lease._claim.release_op(withdraw=False),
+                enough=self._locks._quorum,
+                within=within,
+                decided=releases,
+            )
+        except BaseException:
+            self._locks._give_back_later(lease._claim, within)
+            raise
         released = sum(1 for code in replies if isinstance(code, int) and code >= RELEASED)
         code = RELEASED if released >= self._locks._quorum else TAKEN_OVER
         outcome, callbacks = self._finish_release(lease, code)

@@ -50,9 +50,9 @@ from redlease.core.renewal import renewal_answers, renewal_calls
 from redlease.errors import InvalidArgument, LeaseLost, LockTimeout, ServerUnavailable
 from redlease.keys import DEFAULT_PREFIX
 from redlease.scripts import ScriptName
-from redlease.sync._flavor import current_owner, fire, sleep
+from redlease.sync._flavor import Worker, current_owner, fire, logger, sleep
 from redlease.sync.client import Client
-from redlease.sync.engine import Engine
+from redlease.sync.engine import LATE_COMMAND_S, Engine
 from redlease.sync.fanout import Fanout
 from redlease.sync.handle import LeaseHandle
 from redlease.sync.renewer import Renewer
@@ -94,6 +94,7 @@ class Redlock(Client):
         """The renewal worker, and two fan-outs: renewals get their own connections, so no
         amount of acquiring and releasing on the client can make them wait their turn."""
         self._renewer = Renewer(self)
+        self._giving_back: set[Worker] = set()
         self._fanout = Fanout([master._scripts for master in self._masters])
         self._renewals_fanout = Fanout([master._scripts for master in self._masters])
 
@@ -154,9 +155,25 @@ class Redlock(Client):
         ]
         return [quorum_answer([answers[i] for answers in per_master]) for i in range(len(due))]
 
+    def _give_back_later(self, claim: Claim, within: float) -> None:
+        """A step cut short (a cancel, Ctrl-C, a time limit's signal) may have left its
+        grant on some masters: give it back on every master from a worker of its own,
+        after a moment (the cut step's commands may still be on their way)."""
+        self._giving_back = {worker for worker in self._giving_back if worker.alive()}
+        self._giving_back.add(Worker(lambda: self._give_back(claim, within), "redlease-give-back"))
+
+    def _give_back(self, claim: Claim, within: float) -> None:
+        sleep(LATE_COMMAND_S)
+        release = claim.release_op(withdraw=False, latch=False)
+        replies = self._everywhere(release, enough=len(self._masters), within=within)
+        if any(isinstance(reply, Exception) for reply in replies):
+            logger.debug("could not give back all of a cut-short step on %r", claim.keys.name)
+
     def close(self) -> None:
         """Stop the renewal worker and close every master's client; no new lease after."""
         self._closed = True
+        for worker in self._giving_back:
+            worker.stop()
         self._renewer.stop()
         self._fanout.close()
         self._renewals_fanout.close()
@@ -198,7 +215,11 @@ class RedlockLock(LeaseHandle[Redlock]):
         )
         while True:
             within = self._round_time(rounds_end)
-            grant, tally, why = self._round(claim, within)
+            try:
+                grant, tally, why = self._round(claim, within)
+            except BaseException:
+                self._locks._give_back_later(claim, self._ttl_ms / 1000)
+                raise
             if grant is not None:
                 return self._settle(owner, grant, request, self._role)
             unanswered = tally.reachable < self._locks._quorum
@@ -281,12 +302,16 @@ class RedlockLock(LeaseHandle[Redlock]):
         if lease.lost:  # past its deadline: tell the holder now, not when the replies come
             fire(lease, lease._mark_lost(PAST_DEADLINE))
         within = max(lease.expires_at - self._locks._clock(), RELEASE_AT_LEAST_S)
-        replies = self._locks._everywhere(
-            lease._claim.release_op(withdraw=False),
-            enough=self._locks._quorum,
-            within=within,
-            decided=releases,
-        )
+        try:
+            replies = self._locks._everywhere(
+                lease._claim.release_op(withdraw=False),
+                enough=self._locks._quorum,
+                within=within,
+                decided=releases,
+            )
+        except BaseException:
+            self._locks._give_back_later(lease._claim, within)
+            raise
         released = sum(1 for code in replies if isinstance(code, int) and code >= RELEASED)
         code = RELEASED if released >= self._locks._quorum else TAKEN_OVER
         outcome, callbacks = self._finish_release(lease, code)
