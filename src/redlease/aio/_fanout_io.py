@@ -11,6 +11,7 @@ from typing import Any
 
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from redlease.compat import ResponseErrors
 from redlease.core.redlock import NOT_AWAITED, straggler_deadline
 
 
@@ -87,20 +88,21 @@ def forgive(debt: Debt) -> None:
         read.add_done_callback(_retrieved)
 
 
-def pay(connections: Sequence[Any], debts: Sequence[Debt]) -> list[Debt]:
+def pay(connections: Sequence[Any], debts: Sequence[Debt]) -> tuple[list[Debt], set[int]]:
     """Each debt less the earlier replies already read (they are dropped), without
-    waiting."""
-    return [_paid(debt) for debt in debts]
-
-
-def _paid(debt: Debt) -> Debt:
-    paid = 0
-    for read in debt:
-        if not read.done():
-            break
-        _retrieved(read)
-        paid += 1
-    return debt[paid:]
+    waiting; and the connections among them that had answered with an error (a script
+    flushed, a server out of memory): their next answer is worth waiting for."""
+    left, erred = [], set()
+    for index, debt in enumerate(debts):
+        paid = 0
+        for read in debt:
+            if not read.done():
+                break
+            if not read.cancelled() and isinstance(read.exception(), ResponseErrors):
+                erred.add(index)
+            paid += 1
+        left.append(debt[paid:])
+    return left, erred
 
 
 async def read_replies(

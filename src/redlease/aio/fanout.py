@@ -245,7 +245,7 @@ class AsyncFanout:
         packed: dict[tuple[object, ...], Any] = {}
         reading = []
         started = time.monotonic()
-        self._pay_debts(indexes, replies)
+        erred = self._pay_debts(indexes, replies)
         for at, reply in enumerate(replies):
             if reply is None:
                 replies[at] = error = await self._send(indexes[at], command, packed)
@@ -255,10 +255,10 @@ class AsyncFanout:
         within = max(ends - time.monotonic(), STRAGGLER_GRACE_S)  # for replies under way
         patience = 2 * self._slowest([indexes[at] for at in reading])
         debts = [self._debts[indexes[at]] for at in reading]
-        behind = {
+        behind = {  # overdue, or answered an error: their answer now is worth the wait
             position
             for position, at in enumerate(reading)
-            if (due := self._due[indexes[at]]) and due[0] <= started
+            if ((due := self._due[indexes[at]]) and due[0] <= started) or indexes[at] in erred
         }
         answers, took, debts = await read_replies(
             connections,
@@ -281,15 +281,15 @@ class AsyncFanout:
                 self._usual_s[index] = learned(self._usual_s[index], seconds)
             replies[at] = answer
 
-    def _pay_debts(self, indexes: list[int], replies: list[Any]) -> None:
+    def _pay_debts(self, indexes: list[int], replies: list[Any]) -> set[int]:
         """What the targets about to be sent to still owe, less the replies already there
         (dropped); a target whose connection broke reading them gets the error as its
-        reply."""
+        reply. The targets (their indexes) that had answered an error are returned."""
         owing_at = [at for at, reply in enumerate(replies) if reply is None]
         owing_at = [at for at in owing_at if self._debts[indexes[at]]]
         if not owing_at:
-            return
-        left = pay(
+            return set()
+        left, erred = pay(
             [self._connections[indexes[at]] for at in owing_at],
             [self._debts[indexes[at]] for at in owing_at],
         )
@@ -297,6 +297,7 @@ class AsyncFanout:
             if isinstance(debt, BaseException):
                 replies[at] = debt
             self._owe(indexes[at], NOTHING_OWED if isinstance(debt, BaseException) else debt)
+        return {indexes[owing_at[position]] for position in erred}
 
     def _owe(self, index: int, debt: Any) -> None:
         self._debts[index] = debt

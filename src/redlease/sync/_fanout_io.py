@@ -113,31 +113,39 @@ def forgive(debt: int) -> None:
     """A dropped connection's debt: nothing is left to read (see the asyncio twin)."""
 
 
-def pay(connections: Sequence[Any], debts: Sequence[int]) -> list[int | BaseException]:
+def pay(
+    connections: Sequence[Any], debts: Sequence[int]
+) -> tuple[list[int | BaseException], set[int]]:
     """Each debt less the earlier replies already there to read (read, and dropped),
-    without waiting (one poll for them all); the error instead for a connection that
-    reading broke."""
+    without waiting (one poll for them all), or the error for a connection that reading
+    broke; and the connections among them that had answered with an error (a script
+    flushed, a server out of memory): their next answer is worth waiting for."""
     left: list[int | BaseException] = list(debts)
+    erred = set()
     for index in _Readiness(connections).wait(0):
-        left[index] = _pay(connections[index], debts[index])
-    return left
+        left[index], error = _pay(connections[index], debts[index])
+        if error:
+            erred.add(index)
+    return left, erred
 
 
-def _pay(connection: Any, debt: int) -> int | BaseException:
-    """``debt`` less the replies already there, on a connection that has data to read."""
+def _pay(connection: Any, debt: int) -> tuple[int | BaseException, bool]:
+    """``debt`` less the replies already there, on a connection that has data to read, and
+    whether one of them was an error."""
+    erred = False
     while True:
         try:
             connection.read_response()
         except ResponseErrors:
-            pass
+            erred = True
         except Exception as exc:
-            return exc
+            return exc, erred
         debt -= 1
         try:
             if not debt or not connection.can_read(0):
-                return debt
+                return debt, erred
         except Exception as exc:
-            return exc
+            return exc, erred
 
 
 def read_replies(
@@ -207,7 +215,7 @@ def _next_reply(connection: Any, debt: int) -> tuple[object, int]:
     earlier replies (dropped); ``_NOT_YET`` (and the debt left) when it runs out of data
     before this round's reply. An error that breaks the connection is the reply."""
     if debt:
-        left = _pay(connection, debt)
+        left, _ = _pay(connection, debt)
         if isinstance(left, BaseException):
             return left, 0
         try:
