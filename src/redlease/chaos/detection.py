@@ -4,7 +4,8 @@ Per injection into a worker with probe leases (:mod:`redlease.chaos.probes`), an
 :class:`ExpiryWatch` follows each probe's lease key from just before the fault, on a
 direct connection to the lock server: the owner's token and the key's expiry, read with
 ``PTTL`` every few milliseconds and dated from when the reading was *sent* (so never later
-than the server's own expiry). The lease could first be taken by another client at:
+than the server's own expiry); the latest of those dates is kept, so a reading slowed on a
+busy machine does not pull the expiry early. The lease could first be taken by another client at:
 
 * its expiry on the server, when the holder could not renew it (a black hole, a
   partition, a slow link, a stalled server);
@@ -50,7 +51,7 @@ class KeyWatch:
     """The token at the first reading (None: no lease was held when the fault began)."""
     read: bool = False
     expiry: float | None = None
-    """The last expiry read while ``owner`` held the key (monotonic, dated by the send)."""
+    """The latest expiry read while ``owner`` held the key (monotonic, dated by the send)."""
     gone_at: float | None = None
     """The first reading that found no key or another owner."""
 
@@ -106,8 +107,9 @@ class ExpiryWatch:
                 watch.read, watch.owner = True, owner
             if watch.owner is None or owner != watch.owner or pttl < 0:
                 watch.gone_at = sent
-            else:
-                watch.expiry = sent + pttl / 1000
+            else:  # each reading bounds the expiry from below: keep the tightest
+                expiry = sent + pttl / 1000
+                watch.expiry = expiry if watch.expiry is None else max(watch.expiry, expiry)
 
     def unresolved(self, lost: dict[str, dict[str, Any] | None], forgot: bool) -> list[str]:
         """Flavours whose lease went away (or was forgotten) but whose loss is not logged."""
