@@ -572,7 +572,8 @@ def test_an_acquire_cut_by_a_signal_leaves_no_lease_behind(masters, links, prefi
 async def test_a_far_master_that_answered_an_error_is_heard_again(masters, links, flavor, prefix):
     """A far master whose scripts were flushed answers the steps the near majority decided
     with errors nobody waits for; once such an error is seen, its next answer is awaited
-    (the script sent again), so it holds the locks again instead of silently dropping out."""
+    and the script sent again, so it holds the locks again instead of silently dropping
+    out."""
     far = far_away(links)
     redlock = redlock_over(flavor, links, prefix)
     try:
@@ -580,13 +581,17 @@ async def test_a_far_master_that_answered_an_error_is_heard_again(masters, links
         with redis.Redis(port=masters[2].port) as direct:
             direct.script_flush()
         lock = redlock.lock("job", ttl=TTL_S)
-        await lock.acquire(timeout=1)
-        await lock.release()
-        await asyncio.sleep(3 * far)  # its errors have come
-        lease = await lock.acquire(timeout=1)
-        held = holders(masters, f"{prefix}:{{job}}")[2] or b""
-        assert held.endswith(lease.token.encode()), f"the far master holds {held!r}"
-        await lock.release()
+        seen = []
+        for _ in range(5):  # a busy machine may make it miss a step's allowance: then the next
+            lease = await lock.acquire(timeout=1)
+            await asyncio.sleep(3 * far)  # its answer has come
+            seen.append(holders(masters, f"{prefix}:{{job}}")[2] or b"")
+            await lock.release()
+            await asyncio.sleep(3 * far)
+            if seen[-1].endswith(lease.token.encode()):
+                break
+        else:
+            pytest.fail(f"the far master never held the lock again: {seen}")
     finally:
         for link in links:
             link.set()

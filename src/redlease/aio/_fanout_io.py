@@ -88,18 +88,22 @@ def forgive(debt: Debt) -> None:
         read.add_done_callback(_retrieved)
 
 
-def pay(connections: Sequence[Any], debts: Sequence[Debt]) -> tuple[list[Debt], set[int]]:
+def pay(
+    connections: Sequence[Any], debts: Sequence[Debt]
+) -> tuple[list[Debt], dict[int, BaseException]]:
     """Each debt less the earlier replies already read (they are dropped), without
-    waiting; and the connections among them that had answered with an error (a script
-    flushed, a server out of memory): their next answer is worth waiting for."""
-    left, erred = [], set()
+    waiting; and the error replies among those (a script flushed, a server out of memory),
+    by connection."""
+    left: list[Debt] = []
+    erred: dict[int, BaseException] = {}
     for index, debt in enumerate(debts):
         paid = 0
         for read in debt:
             if not read.done():
                 break
-            if not read.cancelled() and isinstance(read.exception(), ResponseErrors):
-                erred.add(index)
+            error = None if read.cancelled() else read.exception()
+            if isinstance(error, ResponseErrors):
+                erred[index] = error
             paid += 1
         left.append(debt[paid:])
     return left, erred

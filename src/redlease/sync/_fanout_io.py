@@ -115,29 +115,29 @@ def forgive(debt: int) -> None:
 
 def pay(
     connections: Sequence[Any], debts: Sequence[int]
-) -> tuple[list[int | BaseException], set[int]]:
+) -> tuple[list[int | BaseException], dict[int, BaseException]]:
     """Each debt less the earlier replies already there to read (read, and dropped),
     without waiting (one poll for them all), or the error for a connection that reading
-    broke; and the connections among them that had answered with an error (a script
-    flushed, a server out of memory): their next answer is worth waiting for."""
+    broke; and the error replies among those read (a script flushed, a server out of
+    memory), by connection."""
     left: list[int | BaseException] = list(debts)
-    erred = set()
+    erred: dict[int, BaseException] = {}
     for index in _Readiness(connections).wait(0):
         left[index], error = _pay(connections[index], debts[index])
-        if error:
-            erred.add(index)
+        if error is not None:
+            erred[index] = error
     return left, erred
 
 
-def _pay(connection: Any, debt: int) -> tuple[int | BaseException, bool]:
+def _pay(connection: Any, debt: int) -> tuple[int | BaseException, BaseException | None]:
     """``debt`` less the replies already there, on a connection that has data to read, and
-    whether one of them was an error."""
-    erred = False
+    the last of them that was an error reply."""
+    erred = None
     while True:
         try:
             connection.read_response()
-        except ResponseErrors:
-            erred = True
+        except ResponseErrors as exc:
+            erred = exc
         except Exception as exc:
             return exc, erred
         debt -= 1

@@ -72,6 +72,9 @@ class Fanout:
         self._failed_openings = [0] * count
         self._tried = [False] * count
         """Whether a connection to each target was ever tried (see FIRST_CONTACT_S)."""
+        self._loaded: list[set[str] | None] = [None] * count
+        """The scripts a target is known to hold, once it answered that it lacks one (else
+        ``None``): each other script is sent to it as source, once."""
         self._clustered = {index for index, target in enumerate(self._targets) if target.cluster}
         """The targets that are clusters: a round sends them the script by the usual path."""
         self._guard = Guard()
@@ -150,7 +153,8 @@ class Fanout:
         kept = [self._connections[index] is not None for index in indexes]
         self._connect(indexes, replies, enough, ends)
         command = ("EVALSHA", op.script.sha, len(op.keys), *op.keys, *op.args)
-        self._exchange(command, indexes, replies, enough, ends, decided=decided)
+        source = op.script.source
+        self._exchange(command, indexes, replies, enough, ends, decided=decided, source=source)
         failed = [at for at, reply in enumerate(replies) if isinstance(reply, Exception)]
         if not failed:
             return replies, []
@@ -159,8 +163,10 @@ class Fanout:
             for at in unscripted:
                 replies[at] = None
             left = max(enough - _counted(replies, decided), 0)
-            command = ("EVAL", op.script.source, *command[2:])
-            self._exchange(command, indexes, replies, left, ends, decided=decided)
+            for at in unscripted:  # it may lack the other scripts too: each goes as source
+                self._loaded[indexes[at]] = {op.script.sha}
+            command = ("EVAL", source, *command[2:])
+            self._exchange(command, indexes, replies, left, ends, decided=decided, source=source)
         for at, index in enumerate(indexes):
             if isinstance(replies[at], Exception):
                 self._drop(index)
@@ -236,6 +242,7 @@ class Fanout:
         ends: float,
         *,
         decided: Callable[[object], bool] | None,
+        source: str,
     ) -> None:
         """``command`` to the targets whose reply is still ``None``, then their replies read
         as they come, until ``enough`` answered and the stragglers had their time, or
@@ -247,7 +254,7 @@ class Fanout:
         erred = self._pay_debts(indexes, replies)
         for at, reply in enumerate(replies):
             if reply is None:
-                replies[at] = error = self._send(indexes[at], command, packed)
+                replies[at] = error = self._send(indexes[at], command, source, packed)
                 if error is None:
                     reading.append(at)
         connections = [self._connections[indexes[at]] for at in reading]
@@ -283,7 +290,8 @@ class Fanout:
     def _pay_debts(self, indexes: list[int], replies: list[Any]) -> set[int]:
         """What the targets about to be sent to still owe, less the replies already there
         (dropped); a target whose connection broke reading them gets the error as its
-        reply. The targets (their indexes) that had answered an error are returned."""
+        reply. A target that had answered that it lacks a script is sent each script's
+        source once more; the targets that had answered another error are returned."""
         owing_at = [at for at, reply in enumerate(replies) if reply is None]
         owing_at = [at for at in owing_at if self._debts[indexes[at]]]
         if not owing_at:
@@ -296,7 +304,14 @@ class Fanout:
             if isinstance(debt, BaseException):
                 replies[at] = debt
             self._owe(indexes[at], NOTHING_OWED if isinstance(debt, BaseException) else debt)
-        return {indexes[owing_at[position]] for position in erred}
+        unheard = set()
+        for position, error in erred.items():
+            index = indexes[owing_at[position]]
+            if isinstance(error, NoScriptErrors):
+                self._loaded[index] = set()
+            else:
+                unheard.add(index)
+        return unheard
 
     def _owe(self, index: int, debt: Any) -> None:
         self._debts[index] = debt
@@ -305,7 +320,11 @@ class Fanout:
             due.popleft()  # the oldest were paid first
 
     def _send(
-        self, index: int, command: tuple[object, ...], packed: dict[tuple[object, ...], Any]
+        self,
+        index: int,
+        command: tuple[object, ...],
+        source: str,
+        packed: dict[tuple[object, ...], Any],
     ) -> Any:
         """``None`` once sent on the target's connection; otherwise the error.
 
@@ -318,7 +337,8 @@ class Fanout:
             connection = self._connections[index]
             if not is_open(connection):
                 raise ConnectionErrors[0]("the connection was closed")
-            style = self._styles[index]
+            command = self._unless_unloaded(index, command, source)
+            style = (self._styles[index], command[0])
             bytes_ = packed.get(style)
             if bytes_ is None:
                 bytes_ = packed[style] = pack(connection, command)
@@ -327,6 +347,16 @@ class Fanout:
             self._drop(index)
             return exc
         return None
+
+    def _unless_unloaded(
+        self, index: int, command: tuple[object, ...], source: str
+    ) -> tuple[object, ...]:
+        """``command``, or its script's ``source`` (EVAL) for a target that lacks it."""
+        loaded = self._loaded[index]
+        if loaded is None or command[0] != "EVALSHA" or command[1] in loaded:
+            return command
+        loaded.add(str(command[1]))
+        return ("EVAL", source, *command[2:])
 
     def _drop(self, index: int) -> None:
         connection = self._take(index)
