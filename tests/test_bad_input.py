@@ -432,7 +432,7 @@ class FaultyProxy:
                     linger = struct.pack("ii", 1, 0)
                     client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
                     break
-        except OSError:
+        except (OSError, ValueError):  # ValueError: the proxy was closed under us (fd -1)
             pass
         _close(client)
         _close(upstream)
