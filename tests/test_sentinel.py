@@ -38,6 +38,16 @@ def master_value(topology: LocalSentinel, key: str) -> str | None:
         return token_in(client.get(key))
 
 
+def replicated_everywhere(topology: LocalSentinel) -> None:
+    """Wait until every replica has what the master wrote so far (``WAIT``): the test is
+    about a grant that reached the replicas; one lost to replication lag is another test's
+    subject (``replicas=1`` narrows that window, see guarantees.md)."""
+    host, port = topology.master_address()
+    with redis.Redis(host=host, port=port) as master:
+        replicas = int(master.info("replication")["connected_slaves"])
+        assert master.wait(replicas, 5000) >= replicas, "the replicas did not catch up in 5 s"
+
+
 @pytest_asyncio.fixture
 async def make_sentinel_locks(
     redlease_sentinel: LocalSentinel, make_locks, flavor: str
@@ -105,6 +115,7 @@ async def test_lock_held_across_a_failover_stays_held_and_goes_to_the_waiter(
     )
     try:
         old_address = redlease_sentinel.master_address()
+        replicated_everywhere(redlease_sentinel)  # only a replicated grant survives a failover
 
         new_address = await asyncio.to_thread(redlease_sentinel.failover)
 
