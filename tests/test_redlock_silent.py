@@ -15,6 +15,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -427,6 +428,24 @@ class TimeLimit(Exception):
     """What a time limit's signal handler raises (Celery's soft limit, say, or Ctrl-C)."""
 
 
+@contextmanager
+def time_limit_after(seconds: float) -> Iterator[None]:
+    """:class:`TimeLimit` raised in the main thread ``seconds`` from now, by a signal; the
+    block must see it (a call that finished first is caught by the ``sleep`` after it)."""
+
+    def time_limit(signum: int, frame: object) -> None:
+        raise TimeLimit
+
+    previous = signal.signal(signal.SIGUSR1, time_limit)
+    try:
+        threading.Timer(seconds, os.kill, (os.getpid(), signal.SIGUSR1)).start()
+        with pytest.raises(TimeLimit):
+            yield
+            time.sleep(1)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
 def test_a_round_cut_short_by_a_signal_leaves_no_answer_to_misread(masters, links, prefix):
     """A sync acquire interrupted while two far masters' answers are on their way: those
     answers must never be read as the answers to the client's next commands (a grant of
@@ -436,26 +455,18 @@ def test_a_round_cut_short_by_a_signal_leaves_no_answer_to_misread(masters, link
         link.set(delay=max(0.03, far))
     redlock = redlease.Redlock([link.url for link in links], prefix=prefix)
     rival = redlease.Redlock([server.url for server in masters], prefix=prefix)
-
-    def time_limit(signum: int, frame: object) -> None:
-        raise TimeLimit
-
-    previous = signal.signal(signal.SIGUSR1, time_limit)
     try:
         lock = redlock.lock("job", ttl=0.5, renew=False)
         lock.acquire(timeout=1)  # the connections opened and the scripts loaded
         lock.release()
-        threading.Timer(0.01, os.kill, (os.getpid(), signal.SIGUSR1)).start()
-        with pytest.raises(TimeLimit):
+        with time_limit_after(0.01):
             lock.acquire(timeout=1)
-            time.sleep(1)  # acquired before the signal: it still comes
         time.sleep(0.7)  # whatever the cut round left behind has expired
         held = rival.lock("job", ttl=10, renew=False).acquire(timeout=1)
         with pytest.raises(redlease.LockTimeout):
             lease = redlock.lock("job", ttl=10, renew=False).acquire(timeout=0.3)
             pytest.fail(f"two holders: fences {held.fence} and {lease.fence}")
     finally:
-        signal.signal(signal.SIGUSR1, previous)
         for link in links:
             link.set()
         redlock.close()
@@ -545,25 +556,17 @@ async def test_a_cancelled_acquire_leaves_no_lease_behind(masters, links, prefix
 def test_an_acquire_cut_by_a_signal_leaves_no_lease_behind(masters, links, prefix):
     far = max(0.03, 10 * max(measure_round_trip(link.url) for link in links))
     redlock = redlease.Redlock([link.url for link in links], prefix=prefix)
-
-    def time_limit(signum: int, frame: object) -> None:
-        raise TimeLimit
-
-    previous = signal.signal(signal.SIGUSR1, time_limit)
     try:
         lock = redlock.lock("job", ttl=10, renew=False)
         lock.acquire(timeout=1)
         lock.release()
         for link in links[1:]:
             link.set(delay=far)
-        threading.Timer(far / 3, os.kill, (os.getpid(), signal.SIGUSR1)).start()
-        with pytest.raises(TimeLimit):
+        with time_limit_after(far / 3):
             lock.acquire(timeout=1)
-            time.sleep(1)  # acquired before the signal: it still comes
         time.sleep(0.2 + 10 * far)
         assert holders(masters, f"{prefix}:{{job}}") == [None] * 3
     finally:
-        signal.signal(signal.SIGUSR1, previous)
         for link in links:
             link.set()
         redlock.close()
