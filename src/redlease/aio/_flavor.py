@@ -206,6 +206,30 @@ def forget_connections(client: Any) -> None:
         pool.reset()
 
 
+async def send_now(connection: Any, command: list[bytes], check_health: bool = True) -> None:
+    """Send a packed command, without a task of its own when the socket takes it at once.
+
+    redis-py bounds each send by its socket timeout (5 s by default) through
+    ``asyncio.wait_for``, which starts a task per send: about as much CPU as the rest of a
+    lock's command. A write the kernel takes whole leaves nothing to wait for, so here the
+    bytes are written first and only a remainder is drained, under the same bound. A
+    connection that is closed, closing or due a health check goes through redis-py's send.
+    A write that fails closes the transport, and the read that follows raises.
+    """
+    writer = getattr(connection, "_writer", None)
+    if (
+        writer is None
+        or not getattr(connection, "is_connected", False)
+        or writer.transport.is_closing()
+        or (check_health and connection.health_check_interval)
+    ):
+        await connection.send_packed_command(command, check_health=check_health)
+        return
+    writer.writelines(command)
+    if writer.transport.get_write_buffer_size():
+        await connection.send_packed_command([], check_health=False)
+
+
 Guard = asyncio.Lock
 sleep = asyncio.sleep
 

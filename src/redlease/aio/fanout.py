@@ -39,7 +39,7 @@ from redlease.aio._fanout_io import (
     read_replies,
     start_opening,
 )
-from redlease.aio._flavor import Guard, current_loop
+from redlease.aio._flavor import Guard, current_loop, send_now
 from redlease.aio.scripts import Scripts
 from redlease.compat import ConnectionErrors, NoScriptErrors, TimeoutErrors
 from redlease.core.ops import RunScript
@@ -347,7 +347,7 @@ class AsyncFanout:
             bytes_ = packed.get(style)
             if bytes_ is None:
                 bytes_ = packed[style] = pack(connection, command)
-            await connection.send_packed_command(bytes_, check_health=False)
+            await send_now(connection, bytes_, check_health=False)
         except Exception as exc:
             await self._drop(index)
             return exc

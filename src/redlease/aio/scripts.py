@@ -14,7 +14,8 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from redlease.aio._flavor import concurrently, is_cluster, node_of, refresh_topology
+from redlease._packing import pack
+from redlease.aio._flavor import concurrently, is_cluster, node_of, refresh_topology, send_now
 from redlease.compat import AskErrors, ConnectionErrors, NoScriptErrors, ResponseErrors
 from redlease.core.ops import RunScript
 from redlease.core.protocol import NETWORK_ERRORS
@@ -82,10 +83,10 @@ class Scripts:
             await give_up(pool, connection)
             connection = await checkout(pool)
         keys, sha = op.keys, SHA_OF[id(op.script)]
-        command = connection.pack_command("EVALSHA", sha, len(keys), *keys, *op.args)
+        command = pack(connection, ("EVALSHA", sha, len(keys), *keys, *op.args))
         try:
             try:
-                await connection.send_packed_command(command)
+                await send_now(connection, command)
                 reply = await connection.read_response()
             except NoScriptErrors:
                 await connection.send_command("SCRIPT", "LOAD", op.script.source)

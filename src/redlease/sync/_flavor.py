@@ -219,6 +219,11 @@ def forget_connections(client: Any) -> None:
     """Nothing to forget: the sync flavour's connections belong to no loop."""
 
 
+def send_now(connection: Any, command: list[bytes], check_health: bool = True) -> None:
+    """Send a packed command (the asyncio flavour's twin skips a task per send)."""
+    connection.send_packed_command(command, check_health=check_health)
+
+
 Guard = threading.RLock
 sleep = time.sleep
 

@@ -43,7 +43,7 @@ from redlease.sync._fanout_io import (
     read_replies,
     start_opening,
 )
-from redlease.sync._flavor import Guard, current_loop
+from redlease.sync._flavor import Guard, current_loop, send_now
 from redlease.sync.scripts import Scripts
 
 CONNECT_ROUND_TRIPS = 3
@@ -342,7 +342,7 @@ class Fanout:
             bytes_ = packed.get(style)
             if bytes_ is None:
                 bytes_ = packed[style] = pack(connection, command)
-            connection.send_packed_command(bytes_, check_health=False)
+            send_now(connection, bytes_, check_health=False)
         except Exception as exc:
             self._drop(index)
             return exc

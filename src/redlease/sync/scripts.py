@@ -15,12 +15,13 @@ from typing import Any
 from redis import Redis
 from redis.cluster import RedisCluster
 
+from redlease._packing import pack
 from redlease.compat import AskErrors, ConnectionErrors, NoScriptErrors, ResponseErrors
 from redlease.core.ops import RunScript
 from redlease.core.protocol import NETWORK_ERRORS
 from redlease.core.replication import ReplicaAcks
 from redlease.scripts import SHAS, ScriptName
-from redlease.sync._flavor import concurrently, is_cluster, node_of, refresh_topology
+from redlease.sync._flavor import concurrently, is_cluster, node_of, refresh_topology, send_now
 
 Command = Sequence[str | int]
 SHA_OF: dict[int, str] = {id(script): sha for script, sha in SHAS.items()}
@@ -83,10 +84,10 @@ class Scripts:
             give_up(pool, connection)
             connection = checkout(pool)
         keys, sha = op.keys, SHA_OF[id(op.script)]
-        command = connection.pack_command("EVALSHA", sha, len(keys), *keys, *op.args)
+        command = pack(connection, ("EVALSHA", sha, len(keys), *keys, *op.args))
         try:
             try:
-                connection.send_packed_command(command)
+                send_now(connection, command)
                 reply = connection.read_response()
             except NoScriptErrors:
                 connection.send_command("SCRIPT", "LOAD", op.script.source)
