@@ -2,7 +2,8 @@
 
 A client remembers the keys of the names it locks, makes the host and pid part of its
 tokens once, and releases without an asyncio shield (an interrupted release is sent again
-in the background). Each of these is checked here against a real server.
+in the background), and an asyncio send waits only for what the socket did not take at
+once. Each of these is checked here against a real server.
 """
 
 from __future__ import annotations
@@ -20,9 +21,12 @@ import time
 
 import pytest
 import redis
+import redis.asyncio
+from hiredis import pack_command as hiredis_pack
 
 import redlease
 from conftest import fence_key
+from redlease.aio._flavor import send_now
 from redlease.core.client_state import KEYS_CACHE_SIZE
 from redlease.server import EmbeddedServer
 
@@ -153,3 +157,43 @@ def test_a_release_interrupted_by_ctrl_c_still_lands(prefix):
                 time.sleep(0.02)
             assert not admin.exists(lock.keys.lease), "the interrupted release never landed"
             assert locks.lock("interrupted-release").try_acquire() is not None
+
+
+BIG = 16 * 1024 * 1024
+"""Bytes no socket takes in one write, so the send must wait for the server to read."""
+
+
+async def test_an_asyncio_send_the_socket_cannot_take_at_once_arrives_whole(redlease_url, prefix):
+    client = redis.asyncio.Redis.from_url(redlease_url)
+    connection = await client.connection_pool.get_connection()
+    try:
+        await connection.connect()
+        value = b"v" * BIG
+        await send_now(connection, [hiredis_pack(("SET", f"{prefix}:big", value))])
+        assert await connection.read_response() == b"OK"
+        assert await client.strlen(f"{prefix}:big") == BIG
+    finally:
+        await client.connection_pool.release(connection)
+        await client.delete(f"{prefix}:big")
+        await client.aclose()
+
+
+async def test_an_asyncio_send_to_a_stopped_server_ends_at_the_socket_timeout(prefix):
+    timeout = 0.5
+    with EmbeddedServer() as server:
+        client = redis.asyncio.Redis.from_url(server.url, socket_timeout=timeout)
+        connection = await client.connection_pool.get_connection()
+        await connection.connect()
+        server.pause()
+        try:
+            started = time.monotonic()
+            with pytest.raises(redis.exceptions.TimeoutError):
+                await send_now(connection, [hiredis_pack(("SET", f"{prefix}:big", b"v" * BIG))])
+            waited = time.monotonic() - started
+            assert waited >= timeout * 0.9, f"gave up after {waited:.2f} s"
+            assert waited < timeout + 5, f"the send was held {waited:.2f} s"
+            assert not connection.is_connected, "a send cut short must close its connection"
+        finally:
+            server.resume()
+            await client.connection_pool.release(connection)
+            await client.aclose()
