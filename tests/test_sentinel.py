@@ -120,6 +120,7 @@ async def test_lock_held_across_a_failover_stays_held_and_goes_to_the_waiter(
         new_address = await asyncio.to_thread(redlease_sentinel.failover)
 
         assert new_address != old_address
+        assert not lease.lost, f"the failover outlasted the lease: {lease.lost_reason}"
         assert master_value(redlease_sentinel, key) == lease.token, "the grant was replicated"
         renewals_before = lease.renewals
         await asyncio.sleep(5 * ttl / 6)  # an unrenewed lease would be near its end by now
