@@ -8,6 +8,7 @@ since a cluster pipeline refuses scripts.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -97,11 +98,25 @@ class Scripts:
         except ResponseErrors:
             idle.append(connection)  # the server answered: the connection is fine
             raise
+        except ConnectionErrors:
+            give_up(pool, connection)
+            self._drop_idle(pool)
+            raise
         except BaseException:
             give_up(pool, connection)
             raise
         idle.append(connection)
         return reply
+
+    def _drop_idle(self, pool: Any) -> None:
+        """Close every kept connection: one found closed by the server means a restart or
+        a ``CLIENT KILL`` most likely closed them all, and a resend must not meet the next
+        one. The pool checks the connections it hands out before a command."""
+        dropped = self._idle[:]
+        self._idle.clear()  # in place: calls in flight hold this list
+        for connection in dropped:
+            with contextlib.suppress(Exception):  # a dead connection may fail to close
+                give_up(pool, connection)
 
     def _acknowledged(self, op: RunScript, acks: ReplicaAcks) -> Any:
         """The script and WAIT (and WAITAOF) on one connection: WAIT counts its writes.
