@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -18,8 +20,12 @@ import redis
 import redis.asyncio
 
 import redlease
+from redlease.aio.engine import INLINE_WITHDRAWAL_S
+from redlease.server import EmbeddedServer
 
 CONNECTIONS = 16
+SCHEDULING_SLACK_S = 0.5
+"""How late a task may be woken on a loaded 2-core machine."""
 
 
 def our_connections(server: redis.Redis, client_name: str) -> list[int]:
@@ -97,3 +103,87 @@ def test_after_every_connection_was_killed_each_next_lock_call_succeeds(
         kept = asyncio.run(scenario())
     assert len(kept) >= CONNECTIONS // 2, "the warm-up should leave many connections kept"
     assert outcomes == ["held"] * CONNECTIONS
+
+
+SOCKET_TIMEOUT_S = 2.0
+WAIT_S = 1.0
+
+
+@pytest.fixture
+def unix_server(tmp_path) -> Iterator[tuple[EmbeddedServer, str]]:
+    path = str(tmp_path / "redis.sock")
+    with EmbeddedServer(args=("--unixsocket", path, "--unixsocketperm", "700")) as server:
+        yield server, path
+
+
+def client_of(kind: str, server: EmbeddedServer, path: str) -> redis.asyncio.Redis:
+    if kind == "no socket timeout":
+        return redis.asyncio.Redis.from_url(server.url, socket_timeout=None)
+    return redis.asyncio.Redis(
+        unix_socket_path=path,
+        socket_timeout=SOCKET_TIMEOUT_S,
+        socket_connect_timeout=SOCKET_TIMEOUT_S,
+    )
+
+
+@pytest.mark.parametrize("kind", ["no socket timeout", "unix socket"])
+async def test_a_cancelled_acquire_on_a_stopped_server_returns_soon(unix_server, prefix, kind):
+    """The withdrawal a cancelled acquire sends waits for the server only briefly (then goes
+    on in the background): a time limit must get the caller out, whatever the client's
+    socket settings (a new unix-socket connection to a stopped server is accepted and then
+    never answers its handshake)."""
+    server, path = unix_server
+    client = client_of(kind, server, path)
+    locks = redlease.AsyncLocks(client, prefix=prefix)
+    async with locks.lock("warm"):
+        pass
+    server.pause()
+    started = time.monotonic()
+    try:
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(locks.lock("stopped").acquire(), WAIT_S)
+        took = time.monotonic() - started
+    finally:
+        server.resume()
+    await locks.aclose()
+    await client.aclose()
+    assert took < WAIT_S + INLINE_WITHDRAWAL_S + SCHEDULING_SLACK_S, took
+
+
+@pytest.mark.parametrize("flavor", ["sync", "async"])
+def test_an_acquire_the_server_does_not_answer_fails_after_one_socket_timeout(prefix, flavor):
+    """An unreachable server is reported once: the withdrawal of the attempt goes on in the
+    background instead of waiting out a second socket timeout before the error."""
+    with EmbeddedServer() as server:
+        options = {"socket_timeout": SOCKET_TIMEOUT_S, "socket_connect_timeout": SOCKET_TIMEOUT_S}
+        if flavor == "sync":
+            locks: Any = redlease.Locks(redis.Redis.from_url(server.url, **options), prefix=prefix)
+            locks.lock("warm").try_acquire()
+            server.pause()
+            started = time.monotonic()
+            try:
+                with pytest.raises(redlease.ServerUnavailable):
+                    locks.lock("stopped").acquire(timeout=WAIT_S)
+                took = time.monotonic() - started
+            finally:
+                server.resume()
+            locks.close()
+        else:
+
+            async def scenario() -> float:
+                client = redis.asyncio.Redis.from_url(server.url, **options)
+                locks = redlease.AsyncLocks(client, prefix=prefix)
+                await locks.lock("warm").try_acquire()
+                server.pause()
+                started = time.monotonic()
+                try:
+                    with pytest.raises(redlease.ServerUnavailable):
+                        await locks.lock("stopped").acquire(timeout=WAIT_S)
+                    return time.monotonic() - started
+                finally:
+                    server.resume()
+                    await locks.aclose()
+                    await client.aclose()
+
+            took = asyncio.run(scenario())
+    assert took < 2 * SOCKET_TIMEOUT_S, took

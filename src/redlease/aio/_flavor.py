@@ -263,9 +263,15 @@ async def _logged(loop: Callable[[], Awaitable[None]], name: str) -> None:
         logger.exception("redlease worker %s stopped on an error", name)
 
 
-async def shielded(awaitable: Awaitable[T]) -> T:
-    """Finish ``awaitable`` even if the caller is cancelled meanwhile (a release must land)."""
-    return await asyncio.shield(awaitable)
+async def shielded(awaitable: Awaitable[T], within: float | None = None) -> T:
+    """Finish ``awaitable`` even if the caller is cancelled meanwhile (a release must land).
+
+    With ``within``, the caller waits that long at most (``asyncio.TimeoutError``) and
+    ``awaitable`` goes on by itself.
+    """
+    if within is None:
+        return await asyncio.shield(awaitable)
+    return await asyncio.wait_for(asyncio.shield(awaitable), within)
 
 
 def fire(lease: Lease, callbacks: list[LostCallback]) -> None:

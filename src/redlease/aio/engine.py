@@ -61,6 +61,10 @@ from redlease.keys import DEFAULT_PREFIX, LockKeys, ttl_to_ms
 
 LATE_COMMAND_S = 0.2
 """How long a command sent just before an interruption may still take to run."""
+INLINE_WITHDRAWAL_S = 1.0
+"""How long a cancelled acquire waits for its withdrawal before leaving it to the
+background: a server that answers does in a round trip, and one that has stopped must not
+hold the caller's cancellation (or time limit) up, whatever the client's socket timeout."""
 logger = logging.getLogger("redlease")
 
 
@@ -259,8 +263,11 @@ class AsyncEngine(AsyncClient):
     async def _obtain_grant(self, request: AcquireRequest) -> Grant | None:
         try:
             grant: Grant | None = await self._drive(acquire_flow(request, self._clock))
-        except (*INTERRUPTIONS, ServerUnavailable):
+        except INTERRUPTIONS:
             await self._abandon(request.claim)
+            raise
+        except ServerUnavailable:  # a withdrawal now would wait out a second socket timeout
+            self._finish_in_background(request.claim.without_acks(), withdraw=True)
             raise
         except ReplicaShortfall as short:
             await self._abandon(request.claim)
@@ -333,7 +340,7 @@ class AsyncEngine(AsyncClient):
         self._finish_in_background(claim.without_acks(), withdraw=True)
         try:
             flow = release_flow(claim.without_acks(), withdraw=True, attempts=1)
-            await shielded(self._drive(flow))
+            await shielded(self._drive(flow), within=INLINE_WITHDRAWAL_S)
         except (Exception, ReplicaShortfall):
             logger.debug("could not give back an interrupted grant of %r", claim.keys.name)
 

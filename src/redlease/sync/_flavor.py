@@ -255,8 +255,8 @@ def _logged(loop: Callable[[], None], name: str) -> None:
         logger.exception("redlease worker %s stopped on an error", name)
 
 
-def shielded(value: T) -> T:
-    """Threads are not cancelled mid-call: nothing to shield."""
+def shielded(value: T, within: float | None = None) -> T:
+    """Threads are not cancelled mid-call: nothing to shield (nor to wait for)."""
     return value
 
 

@@ -62,6 +62,10 @@ from redlease.sync.scripts import Scripts
 
 LATE_COMMAND_S = 0.2
 """How long a command sent just before an interruption may still take to run."""
+INLINE_WITHDRAWAL_S = 1.0
+"""How long a cancelled acquire waits for its withdrawal before leaving it to the
+background: a server that answers does in a round trip, and one that has stopped must not
+hold the caller's cancellation (or time limit) up, whatever the client's socket timeout."""
 logger = logging.getLogger("redlease")
 
 
@@ -256,8 +260,11 @@ class Engine(Client):
     def _obtain_grant(self, request: AcquireRequest) -> Grant | None:
         try:
             grant: Grant | None = self._drive(acquire_flow(request, self._clock))
-        except (*INTERRUPTIONS, ServerUnavailable):
+        except INTERRUPTIONS:
             self._abandon(request.claim)
+            raise
+        except ServerUnavailable:  # a withdrawal now would wait out a second socket timeout
+            self._finish_in_background(request.claim.without_acks(), withdraw=True)
             raise
         except ReplicaShortfall as short:
             self._abandon(request.claim)
@@ -330,7 +337,7 @@ class Engine(Client):
         self._finish_in_background(claim.without_acks(), withdraw=True)
         try:
             flow = release_flow(claim.without_acks(), withdraw=True, attempts=1)
-            shielded(self._drive(flow))
+            shielded(self._drive(flow), within=INLINE_WITHDRAWAL_S)
         except (Exception, ReplicaShortfall):
             logger.debug("could not give back an interrupted grant of %r", claim.keys.name)
 
