@@ -20,6 +20,8 @@ import redis
 import redis.asyncio
 
 import redlease
+from conftest import measure_round_trip, renewing_ttl
+from redlease import ReleaseOutcome
 from redlease.aio.engine import INLINE_WITHDRAWAL_S
 from redlease.server import EmbeddedServer
 
@@ -187,3 +189,63 @@ def test_an_acquire_the_server_does_not_answer_fails_after_one_socket_timeout(pr
 
             took = asyncio.run(scenario())
     assert took < 2 * SOCKET_TIMEOUT_S, took
+
+
+CYCLES_UNDER_FLUSHES = 1000
+
+
+@pytest.mark.parametrize("flavor", ["sync", "async"])
+def test_lock_calls_go_through_while_the_server_keeps_flushing_its_scripts(prefix, flavor):
+    """``SCRIPT FLUSH`` (or a failover to a server that never saw the scripts) between a
+    call's script load and its run must not surface as an error, nor cost a renewed lease:
+    a script the server does not know is sent whole."""
+    with EmbeddedServer() as server, redis.Redis.from_url(server.url) as admin:
+        ttl = renewing_ttl(measure_round_trip(server.url), quiet=0.6)
+        stop = threading.Event()
+
+        def flush() -> None:
+            while not stop.is_set():
+                admin.script_flush()
+
+        flusher = threading.Thread(target=flush)
+        errors: list[str] = []
+        if flavor == "sync":
+            with redlease.Locks(server.url, prefix=prefix) as locks:
+                renewed = locks.lock("renewed", ttl=ttl, renew=True)
+                lease = renewed.acquire()
+                flusher.start()
+                try:
+                    for index in range(CYCLES_UNDER_FLUSHES):
+                        try:
+                            with locks.lock(f"flushed-{index % 7}", ttl=5):
+                                pass
+                        except redlease.LockError as error:
+                            errors.append(repr(error))
+                finally:
+                    stop.set()
+                    flusher.join()
+                lost = lease.lost_reason
+                released = renewed.release()
+        else:
+
+            async def scenario() -> tuple[Any, Any]:
+                async with redlease.AsyncLocks(server.url, prefix=prefix) as locks:
+                    renewed = locks.lock("renewed", ttl=ttl, renew=True)
+                    lease = await renewed.acquire()
+                    flusher.start()
+                    try:
+                        for index in range(CYCLES_UNDER_FLUSHES):
+                            try:
+                                async with locks.lock(f"flushed-{index % 7}", ttl=5):
+                                    pass
+                            except redlease.LockError as error:
+                                errors.append(repr(error))
+                    finally:
+                        stop.set()
+                        flusher.join()
+                    return lease.lost_reason, await renewed.release()
+
+            lost, released = asyncio.run(scenario())
+    assert errors == []
+    assert lost is None
+    assert released is ReleaseOutcome.RELEASED

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
@@ -65,14 +65,13 @@ class Scripts:
             try:
                 return await execute("EVALSHA", SHA_OF[id(op.script)], len(keys), *keys, *op.args)
             except NoScriptErrors:
-                await self.client.script_load(op.script.source)
-                return await execute("EVALSHA", SHA_OF[id(op.script)], len(keys), *keys, *op.args)
+                return await execute("EVAL", op.script.source, len(keys), *keys, *op.args)
         return await self._direct(op)
 
     async def _direct(self, op: RunScript) -> Any:
         """EVALSHA on a connection of this object's free list (see the class docstring); a
-        server that does not know the script gets it on that same connection (behind a
-        Sentinel, the pool may still reach another server than this connection)."""
+        server that does not know the script gets it whole (EVAL, which also caches it) on
+        that same connection (behind a Sentinel, the pool may reach another server)."""
         idle = self._idle
         if self._pid != os.getpid():  # a forked child: the parent's sockets are not ours
             idle.clear()
@@ -89,10 +88,11 @@ class Scripts:
             try:
                 await send_now(connection, command)
                 reply = await connection.read_response()
-            except NoScriptErrors:
-                await connection.send_command("SCRIPT", "LOAD", op.script.source)
-                await connection.read_response()
-                await connection.send_packed_command(command)
+            except NoScriptErrors:  # sent whole: a SCRIPT FLUSH cannot come in between
+                source = op.script.source
+                await connection.send_packed_command(
+                    pack(connection, ("EVAL", source, len(keys), *keys, *op.args))
+                )
                 reply = await connection.read_response()
         except ResponseErrors:
             idle.append(connection)  # the server answered: the connection is fine
@@ -120,15 +120,15 @@ class Scripts:
     async def _acknowledged(self, op: RunScript, acks: ReplicaAcks) -> Any:
         """The script and WAIT (and WAITAOF) on one connection: WAIT counts its writes.
 
-        The script is loaded first when this client has not seen it, so a NOSCRIPT retry
-        never waits for the replicas twice.
+        A script this client has not run yet goes whole (EVAL), and so does the one retry
+        of a script the server turned out not to know (a flush, a failover): the failed
+        EVALSHA wrote nothing, so its WAIT had nothing of it to wait for.
         """
-        if op.script not in self._loaded:
-            await self.client.script_load(op.script.source)
-            self._loaded.add(op.script)
-        replies = await self._on_node(op.keys[0], [op], acks.commands())
+        whole = () if op.script in self._loaded else (op.script,)
+        replies = await self._on_node(op.keys[0], [op], acks.commands(), whole)
         if isinstance(replies[0], NoScriptErrors):
-            self._loaded.discard(op.script)
+            replies = await self._on_node(op.keys[0], [op], acks.commands(), (op.script,))
+        self._loaded.add(op.script)
         return acks.check(replies)
 
     async def run_many(self, ops: Sequence[RunScript]) -> list[Any]:
@@ -140,47 +140,61 @@ class Scripts:
             for op, reply in zip(ops, replies, strict=True)
             if isinstance(reply, NoScriptErrors)
         }
-        for script in missing:
-            await self.client.script_load(script.source)
         stale = self.cluster and any(_misrouted(reply) for reply in replies)
         if stale:
             await refresh_topology(self.client)
-        return await self._spread(ops) if missing or stale else replies
+        return await self._spread(ops, missing) if missing or stale else replies
 
-    async def _spread(self, ops: Sequence[RunScript]) -> list[Any]:
+    async def _spread(
+        self, ops: Sequence[RunScript], whole: Collection[ScriptName] = ()
+    ) -> list[Any]:
+        """Pipeline ``ops`` per node; the ``whole`` scripts are sent as source (EVAL, which
+        also caches them), so a SCRIPT FLUSH cannot fail them again."""
         if not self.cluster:
-            return await self._pipelined(self.client, ops)
+            return await self._pipelined(self.client, ops, whole=whole)
         by_node: dict[str, list[int]] = {}
         for index, op in enumerate(ops):
             name, _, _ = await node_of(self.client, op.keys[0])
             by_node.setdefault(name, []).append(index)
         groups = list(by_node.values())
-        results = await concurrently([self._group(ops, group) for group in groups])
+        results = await concurrently([self._group(ops, group, whole) for group in groups])
         replies: list[Any] = [None] * len(ops)
         for group, result in zip(groups, results, strict=True):
             for index, reply in zip(group, _spread_error(result, len(group)), strict=True):
                 replies[index] = reply
         return replies
 
-    def _group(self, ops: Sequence[RunScript], group: list[int]) -> Any:
+    def _group(
+        self, ops: Sequence[RunScript], group: list[int], whole: Collection[ScriptName]
+    ) -> Any:
         async def send() -> list[Any]:
-            return await self._on_node(ops[group[0]].keys[0], [ops[i] for i in group])
+            return await self._on_node(ops[group[0]].keys[0], [ops[i] for i in group], (), whole)
 
         return send
 
     async def _on_node(
-        self, key: str, ops: Sequence[RunScript], then: Sequence[Command] = ()
+        self,
+        key: str,
+        ops: Sequence[RunScript],
+        then: Sequence[Command] = (),
+        whole: Collection[ScriptName] = (),
     ) -> list[Any]:
         _, _, client = await node_of(self.client, key)
-        return await self._pipelined(client, ops, then)
+        return await self._pipelined(client, ops, then, whole)
 
     @staticmethod
     async def _pipelined(
-        client: Any, ops: Sequence[RunScript], then: Sequence[Command] = ()
+        client: Any,
+        ops: Sequence[RunScript],
+        then: Sequence[Command] = (),
+        whole: Collection[ScriptName] = (),
     ) -> list[Any]:
         pipe: Any = client.pipeline(transaction=False)
         for op in ops:
-            pipe.evalsha(op.script.sha, len(op.keys), *op.keys, *op.args)
+            if op.script in whole:
+                pipe.eval(op.script.source, len(op.keys), *op.keys, *op.args)
+            else:
+                pipe.evalsha(op.script.sha, len(op.keys), *op.keys, *op.args)
         for command in then:
             pipe.execute_command(*command)
         return list(await pipe.execute(raise_on_error=False))
