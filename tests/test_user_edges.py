@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 import redlease
@@ -168,3 +170,46 @@ def test_threads_taking_a_clients_first_leases_at_once_start_one_renewal_worker(
             list(pool.map(take, range(200)))
         renewers = [t for t in threading.enumerate() if t.name == "redlease-renewer"]
         assert len(renewers) == 1
+
+
+@pytest.mark.parametrize("flavor", ["sync", "async"])
+def test_a_client_that_does_not_encode_utf8_refuses_names_its_keys_would_differ_by(
+    redlease_url, prefix, flavor
+):
+    """redis-py packs a str by the client's encoding in one place and as UTF-8 in another
+    (the sync client with hiredis): a non-ASCII name would get other key bytes, and so
+    another lock, depending on the flavour. ASCII names are the same bytes either way."""
+    import asyncio  # noqa: PLC0415
+
+    import redis  # noqa: PLC0415
+    import redis.asyncio  # noqa: PLC0415
+
+    if flavor == "sync":
+        client: Any = redis.Redis.from_url(redlease_url, encoding="latin-1")
+        with redlease.Locks(client, prefix=prefix) as locks:
+            with pytest.raises(redlease.InvalidName, match="latin-1"):
+                locks.lock("caf\xe9").try_acquire()
+            with locks.lock("plain", ttl=5) as lease:
+                assert lease.fence >= 1
+        client.close()
+        return
+
+    async def scenario() -> None:
+        client = redis.asyncio.Redis.from_url(redlease_url, encoding="latin-1")
+        async with redlease.AsyncLocks(client, prefix=prefix) as locks:
+            with pytest.raises(redlease.InvalidName, match="latin-1"):
+                await locks.lock("caf\xe9").try_acquire()
+            async with locks.lock("plain", ttl=5) as lease:
+                assert lease.fence >= 1
+        await client.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_a_prefix_a_non_utf8_client_would_encode_differently_is_refused(redlease_url):
+    import redis  # noqa: PLC0415
+
+    client = redis.Redis.from_url(redlease_url, encoding="latin-1")
+    with pytest.raises(redlease.InvalidArgument, match="latin-1"):
+        redlease.Locks(client, prefix="pr\xe9fixe")
+    client.close()

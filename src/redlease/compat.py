@@ -8,6 +8,7 @@ flavour (an asyncio client given to the sync ``Locks``, or the reverse) is refus
 
 from __future__ import annotations
 
+import codecs
 import importlib
 import inspect
 from types import ModuleType
@@ -74,6 +75,21 @@ def library_of(client: Any) -> ModuleType:
     """The library (``redis`` or ``valkey``) a client object comes from."""
     root = type(client).__module__.split(".")[0]
     return next((library for library in _LIBRARIES if library.__name__ == root), _LIBRARIES[0])
+
+
+def narrow_encoding(client: Any) -> str | None:
+    """The client's encoding when it is not UTF-8, else None.
+
+    redis-py packs a str by the client's encoding in some places and as UTF-8 in others
+    (the sync client with hiredis), so under such an encoding only ASCII text is the same
+    bytes everywhere.
+    """
+    get_encoder = getattr(client, "get_encoder", None)
+    encoding = getattr(get_encoder(), "encoding", "utf-8") if get_encoder else "utf-8"
+    try:
+        return None if codecs.lookup(encoding).name == "utf-8" else str(encoding)
+    except LookupError:
+        return str(encoding)
 
 
 def check_client(client: Any, *, asyncio: bool, user: str | None = None) -> None:

@@ -35,7 +35,7 @@ from redlease.aio.driver import run_flow
 from redlease.aio.notify import AsyncNotifier
 from redlease.aio.renewer import AsyncRenewer
 from redlease.aio.scripts import Scripts
-from redlease.compat import ResponseErrors, check_client
+from redlease.compat import ResponseErrors, check_client, narrow_encoding
 from redlease.core.base import LeasedBase
 from redlease.core.hooks import ERROR, Hooks, combine
 from redlease.core.lease import PAST_DEADLINE, Lease, ReleaseOutcome
@@ -89,6 +89,7 @@ class AsyncEngine(AsyncClient):
         self._owns_client = isinstance(client, str)
         self._url = client if isinstance(client, str) else None
         self.client: Any = _client(client, cluster)
+        self._narrow_to(narrow_encoding(self.client))
         self._scripts = Scripts(self.client)
         self._notifier = AsyncNotifier(self.client, self._commands, clock, self._give_back_stray)
         self._renewer = AsyncRenewer(self)

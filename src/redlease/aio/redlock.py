@@ -81,6 +81,8 @@ class AsyncRedlock(AsyncClient):
             AsyncEngine(master, prefix=prefix, clock=clock, token_factory=token_factory)
             for master in masters
         ]
+        for master in self._masters:
+            self._narrow_to(master._narrow_encoding)
         self._quorum = quorum(len(self._masters))
         self._hooks = combine(hooks)
         self._start_workers()

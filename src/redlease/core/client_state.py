@@ -24,7 +24,7 @@ from redlease.core.protocol import HANDED_OVER, Clock
 from redlease.core.renewal import RenewalSchedule
 from redlease.core.replication import ReplicaAcks
 from redlease.core.subscriptions import PubSubCommands
-from redlease.errors import InvalidArgument
+from redlease.errors import InvalidArgument, InvalidName
 from redlease.keys import DEFAULT_PREFIX, LockKeys, validate_name, validate_prefix
 
 CONTENDED_HINT_S = 1.0
@@ -59,11 +59,24 @@ class LocksBase:
         self._host = socket.gethostname()
         self._token_tail = self._holder_tail()
         self._keys: dict[str, LockKeys] = {}
+        self._narrow_encoding: str | None = None
+        """The client's encoding when it is not UTF-8: only ASCII names are then safe."""
         self._closed = False
         """Set by ``close()``: no new lease is granted from then on."""
         self._listener = secrets.token_hex(4)
         """This client's id: hand-offs to its waiters arrive on its channel per slot."""
         _clients.add(self)
+
+    def _narrow_to(self, encoding: str | None) -> None:
+        """Take only ASCII names (and prefix) from now on: see :func:`narrow_encoding`."""
+        if encoding is None:
+            return
+        if not self.prefix.isascii():
+            raise InvalidArgument(
+                f"key prefix {self.prefix!r} is not ASCII and the client encodes with "
+                f"{encoding!r}: use an ASCII prefix or encoding='utf-8'"
+            )
+        self._narrow_encoding = encoding
 
     def _refuse_if_closed(self) -> None:
         """A closed client must not hand out leases nobody would renew."""
@@ -98,6 +111,12 @@ class LocksBase:
         keys = self._keys.get(name) if type(name) is str else None
         if keys is None or keys.prefix is not self.prefix:
             keys = LockKeys(validate_name(name), self.prefix)
+            if self._narrow_encoding is not None and not name.isascii():
+                raise InvalidName(
+                    f"lock name {name!r:.80} is not ASCII and this client encodes with "
+                    f"{self._narrow_encoding!r}: redis-py would send it as other bytes in "
+                    "other places (another lock); use ASCII names or encoding='utf-8'"
+                )
             if type(name) is str:
                 if len(self._keys) >= KEYS_CACHE_SIZE:
                     self._keys.clear()

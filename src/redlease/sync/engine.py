@@ -19,7 +19,7 @@ from typing import Any
 from redis import Redis
 from redis.cluster import RedisCluster
 
-from redlease.compat import ResponseErrors, check_client
+from redlease.compat import ResponseErrors, check_client, narrow_encoding
 from redlease.core.base import LeasedBase
 from redlease.core.hooks import ERROR, Hooks, combine
 from redlease.core.lease import PAST_DEADLINE, Lease, ReleaseOutcome
@@ -90,6 +90,7 @@ class Engine(Client):
         self._owns_client = isinstance(client, str)
         self._url = client if isinstance(client, str) else None
         self.client: Any = _client(client, cluster)
+        self._narrow_to(narrow_encoding(self.client))
         self._scripts = Scripts(self.client)
         self._notifier = Notifier(self.client, self._commands, clock, self._give_back_stray)
         self._renewer = Renewer(self)
