@@ -1,9 +1,11 @@
 """Count Redis commands two ways: as the client sent them, and as the server ran them.
 
 * Client side: redis-py packs every command it sends (plain calls, pipelines, and the
-  pub/sub ``send_command`` redlease uses) through one serializer ``pack`` method, so
-  wrapping it counts each command once, by name. Commands run *inside* a Lua script never
-  pass through the client, so they are not counted here.
+  pub/sub ``send_command`` redlease uses) through one serializer ``pack`` method, and
+  redlease packs its own lock commands with hiredis (``redlease._packing``); wrapping
+  both counts each command once, by name. A Redlock round is packed once for all its
+  masters, so it counts once. Commands run *inside* a Lua script never pass through the
+  client, so they are not counted here.
 * Server side: ``INFO commandstats`` deltas; these include the commands scripts run.
 
 Connection set-up (HELLO, CLIENT SETINFO/SETNAME, SELECT, AUTH) and the benchmark's own
@@ -21,6 +23,8 @@ from typing import Any
 
 import redis
 import redis.connection
+
+import redlease._packing as packing
 
 SETUP_COMMANDS = frozenset({"hello", "client", "select", "auth", "info"})
 
@@ -53,6 +57,15 @@ def install() -> None:
         serializer = getattr(redis.connection, name, None)
         if serializer is not None and hasattr(serializer, "pack"):
             serializer.pack = _counting(serializer.pack)
+    hiredis_pack = packing._hiredis_pack
+    if hiredis_pack is not None:
+
+        def counted_hiredis_pack(args: tuple[Any, ...]) -> Any:
+            if _enabled:
+                _counts[_command_name(args)] += 1
+            return hiredis_pack(args)
+
+        packing._hiredis_pack = counted_hiredis_pack
     _installed = True
 
 

@@ -132,3 +132,18 @@ def test_keys_left_are_bounded_by_the_target_or_the_hash_slots_of_fewer_names(
     result["redlease"] |= {"keys_left_names": names, "keys_left": left, "keys_left_slots": slots}
 
     assert evaluate(result)["keys_left"]["met"] is met
+
+
+def test_the_client_command_count_sees_the_commands_redlease_packs_itself(redlease_url, prefix):
+    """redlease packs its lock commands with hiredis, past redis-py's serializers: a count
+    that missed them would report a cycle as free of client commands."""
+    import redlease  # noqa: PLC0415
+    from counting import client_commands  # noqa: PLC0415
+
+    with redlease.Locks(redlease_url, prefix=prefix) as locks:
+        with locks.lock("warm", ttl=5):
+            pass
+        with client_commands() as sent:
+            with locks.lock("counted", ttl=5):
+                pass
+    assert sum(sent.values()) == 2, sent
