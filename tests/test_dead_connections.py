@@ -23,6 +23,12 @@ import redlease
 from conftest import measure_round_trip, renewing_ttl
 from redlease import ReleaseOutcome
 from redlease.aio.engine import INLINE_WITHDRAWAL_S
+from redlease.core.withdrawal import (
+    KEEP_TRYING_S,
+    LATE_COMMAND_S,
+    LONGEST_PAUSE_S,
+    withdrawal_pauses,
+)
 from redlease.server import EmbeddedServer
 
 CONNECTIONS = 16
@@ -249,3 +255,77 @@ def test_lock_calls_go_through_while_the_server_keeps_flushing_its_scripts(prefi
     assert errors == []
     assert lost is None
     assert released is ReleaseOutcome.RELEASED
+
+
+GHOST_TTL_S = 30.0
+"""Long enough that a grant left behind would outlast the test by far."""
+
+
+@pytest.mark.parametrize("flavor", ["sync", "async"])
+def test_an_attempt_a_stopped_server_runs_when_it_resumes_is_withdrawn(prefix, flavor):
+    """An acquire given up on a stopped server (cancelled, or failed at the socket timeout)
+    is still in the server's socket and runs when it resumes, granting the lock to nobody.
+    Withdrawals go on from the background until the server answers, so the lock is free
+    soon after the resume, not a whole TTL later."""
+    socket_timeout = 0.3
+    stopped_for = 8 * socket_timeout  # every withdrawal sent meanwhile fails
+    options = {"socket_timeout": socket_timeout, "socket_connect_timeout": socket_timeout}
+    with EmbeddedServer() as server, redis.Redis.from_url(server.url) as admin:
+
+        def free_soon(key: str) -> float:
+            resumed = time.monotonic()
+            while admin.exists(key) and time.monotonic() - resumed < GHOST_TTL_S / 3:
+                time.sleep(0.05)
+            return time.monotonic() - resumed
+
+        if flavor == "sync":
+            with redlease.Locks(
+                redis.Redis.from_url(server.url, **options), prefix=prefix
+            ) as locks:
+                lock = locks.lock("ghost", ttl=GHOST_TTL_S)
+                locks.lock("warm").try_acquire()
+                server.pause()
+                try:
+                    with pytest.raises(redlease.ServerUnavailable):
+                        lock.acquire(timeout=0.1)
+                    time.sleep(stopped_for)
+                finally:
+                    server.resume()
+                freed_after = free_soon(lock.keys.lease)
+        else:
+
+            async def scenario() -> float:
+                client = redis.asyncio.Redis.from_url(server.url, **options)
+                async with redlease.AsyncLocks(client, prefix=prefix) as locks:
+                    lock = locks.lock("ghost", ttl=GHOST_TTL_S)
+                    await locks.lock("warm").try_acquire()
+                    server.pause()
+                    try:
+                        with pytest.raises(asyncio.TimeoutError):
+                            await asyncio.wait_for(lock.acquire(), 0.1)
+                        await asyncio.sleep(stopped_for)
+                    finally:
+                        server.resume()
+                    return await asyncio.to_thread(free_soon, lock.keys.lease)
+
+            freed_after = asyncio.run(scenario())
+    assert freed_after < 3.0, f"the lock stayed taken {freed_after:.1f} s after the resume"
+
+
+def test_background_withdrawals_stop_after_a_second_answer_or_the_keep_trying_time():
+    def pauses(answers: list[bool], ttl_ms: int) -> list[float]:
+        schedule = withdrawal_pauses(ttl_ms)
+        taken = [next(schedule)]
+        for answered in answers:
+            try:
+                taken.append(schedule.send(answered))
+            except StopIteration:
+                break
+        return taken
+
+    assert pauses([True, True, True], 5_000) == [LATE_COMMAND_S, LATE_COMMAND_S]
+    silent = pauses([False] * 1_000, 5_000)
+    assert sum(silent) <= KEEP_TRYING_S
+    assert max(silent) == LONGEST_PAUSE_S
+    assert sum(pauses([False] * 1_000, 90_000)) <= 90.0
+    assert sum(pauses([False] * 1_000, 90_000)) > KEEP_TRYING_S

@@ -267,11 +267,21 @@ async def shielded(awaitable: Awaitable[T], within: float | None = None) -> T:
     """Finish ``awaitable`` even if the caller is cancelled meanwhile (a release must land).
 
     With ``within``, the caller waits that long at most (``asyncio.TimeoutError``) and
-    ``awaitable`` goes on by itself.
+    ``awaitable`` goes on by itself; its outcome is then dropped (``asyncio.shield`` stops
+    watching a task whose caller left, and asyncio would log its error as never retrieved).
     """
     if within is None:
         return await asyncio.shield(awaitable)
-    return await asyncio.wait_for(asyncio.shield(awaitable), within)
+    task = asyncio.ensure_future(awaitable)
+    _background.add(task)
+    task.add_done_callback(_dropped)
+    return await asyncio.wait_for(asyncio.shield(task), within)
+
+
+def _dropped(task: asyncio.Future[Any]) -> None:
+    _background.discard(task)
+    if not task.cancelled():
+        task.exception()
 
 
 def fire(lease: Lease, callbacks: list[LostCallback]) -> None:

@@ -56,11 +56,10 @@ from redlease.core.protocol import (
 from redlease.core.renewal import renewal_answers, renewal_calls
 from redlease.core.replication import ReplicaAcks, ReplicaShortfall
 from redlease.core.subscriptions import PubSubCommands, has_sharded_pubsub, is_denied
+from redlease.core.withdrawal import LATE_COMMAND_S, withdrawal_pauses
 from redlease.errors import InvalidArgument, LockError, NotReplicated, ServerUnavailable
 from redlease.keys import DEFAULT_PREFIX, LockKeys, ttl_to_ms
 
-LATE_COMMAND_S = 0.2
-"""How long a command sent just before an interruption may still take to run."""
 INLINE_WITHDRAWAL_S = 1.0
 """How long a cancelled acquire waits for its withdrawal before leaving it to the
 background: a server that answers does in a round trip, and one that has stopped must not
@@ -311,10 +310,28 @@ class AsyncEngine(AsyncClient):
     async def _release_again(self, claim: Claim, withdraw: bool) -> None:
         try:
             if withdraw:
-                await sleep(LATE_COMMAND_S)
-            await self._drive(release_flow(claim, withdraw=withdraw))
+                await self._withdraw_late(claim)
+            else:
+                await self._drive(release_flow(claim))
         except (Exception, ReplicaShortfall):
             logger.debug("could not finish an interrupted release of %r", claim.keys.name)
+
+    async def _withdraw_late(self, claim: Claim) -> None:
+        """Withdraw an interrupted acquire until the server has answered (and once more):
+        see :mod:`redlease.core.withdrawal`."""
+        schedule = withdrawal_pauses(claim.ttl_ms)
+        pause = next(schedule)
+        while not self._closed:
+            await sleep(pause)
+            try:
+                await self._drive(release_flow(claim, withdraw=True, attempts=1))
+                answered = True
+            except ServerUnavailable:
+                answered = False
+            try:
+                pause = schedule.send(answered)
+            except StopIteration:
+                return
 
     def _give_back_stray(self, claim: Claim) -> None:
         """A hand-off reached a waiter that had already given up: give the lease back."""

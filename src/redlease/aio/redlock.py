@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 
 from redlease.aio._flavor import Worker, current_owner, fire, logger, sleep
 from redlease.aio.client import AsyncClient
-from redlease.aio.engine import LATE_COMMAND_S, AsyncEngine
+from redlease.aio.engine import AsyncEngine
 from redlease.aio.fanout import AsyncFanout
 from redlease.aio.handle import AsyncLeaseHandle
 from redlease.aio.renewer import AsyncRenewer
@@ -52,6 +52,7 @@ from redlease.core.redlock import (
     validity_ms,
 )
 from redlease.core.renewal import renewal_answers, renewal_calls
+from redlease.core.withdrawal import LATE_COMMAND_S
 from redlease.errors import InvalidArgument, LeaseLost, LockTimeout, ServerUnavailable
 from redlease.keys import DEFAULT_PREFIX
 from redlease.scripts import ScriptName

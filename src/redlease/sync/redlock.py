@@ -47,12 +47,13 @@ from redlease.core.redlock import (
     validity_ms,
 )
 from redlease.core.renewal import renewal_answers, renewal_calls
+from redlease.core.withdrawal import LATE_COMMAND_S
 from redlease.errors import InvalidArgument, LeaseLost, LockTimeout, ServerUnavailable
 from redlease.keys import DEFAULT_PREFIX
 from redlease.scripts import ScriptName
 from redlease.sync._flavor import Worker, current_owner, fire, logger, sleep
 from redlease.sync.client import Client
-from redlease.sync.engine import LATE_COMMAND_S, Engine
+from redlease.sync.engine import Engine
 from redlease.sync.fanout import Fanout
 from redlease.sync.handle import LeaseHandle
 from redlease.sync.renewer import Renewer
