@@ -261,12 +261,13 @@ GHOST_TTL_S = 30.0
 """Long enough that a grant left behind would outlast the test by far."""
 
 
+@pytest.mark.parametrize("closed", [False, True], ids=["open", "closed at once"])
 @pytest.mark.parametrize("flavor", ["sync", "async"])
-def test_an_attempt_a_stopped_server_runs_when_it_resumes_is_withdrawn(prefix, flavor):
+def test_an_attempt_a_stopped_server_runs_when_it_resumes_is_withdrawn(prefix, flavor, closed):
     """An acquire given up on a stopped server (cancelled, or failed at the socket timeout)
     is still in the server's socket and runs when it resumes, granting the lock to nobody.
-    Withdrawals go on from the background until the server answers, so the lock is free
-    soon after the resume, not a whole TTL later."""
+    Withdrawals go on from the background until the server answers, even once the client
+    is closed, so the lock is free soon after the resume, not a whole TTL later."""
     socket_timeout = 0.3
     stopped_for = 8 * socket_timeout  # every withdrawal sent meanwhile fails
     options = {"socket_timeout": socket_timeout, "socket_connect_timeout": socket_timeout}
@@ -279,34 +280,39 @@ def test_an_attempt_a_stopped_server_runs_when_it_resumes_is_withdrawn(prefix, f
             return time.monotonic() - resumed
 
         if flavor == "sync":
-            with redlease.Locks(
-                redis.Redis.from_url(server.url, **options), prefix=prefix
-            ) as locks:
-                lock = locks.lock("ghost", ttl=GHOST_TTL_S)
-                locks.lock("warm").try_acquire()
-                server.pause()
-                try:
-                    with pytest.raises(redlease.ServerUnavailable):
-                        lock.acquire(timeout=0.1)
-                    time.sleep(stopped_for)
-                finally:
-                    server.resume()
-                freed_after = free_soon(lock.keys.lease)
+            locks = redlease.Locks(redis.Redis.from_url(server.url, **options), prefix=prefix)
+            lock = locks.lock("ghost", ttl=GHOST_TTL_S)
+            locks.lock("warm").try_acquire()
+            server.pause()
+            try:
+                with pytest.raises(redlease.ServerUnavailable):
+                    lock.acquire(timeout=0.1)
+                if closed:
+                    locks.close()
+                time.sleep(stopped_for)
+            finally:
+                server.resume()
+            freed_after = free_soon(lock.keys.lease)
+            locks.close()
         else:
 
             async def scenario() -> float:
                 client = redis.asyncio.Redis.from_url(server.url, **options)
-                async with redlease.AsyncLocks(client, prefix=prefix) as locks:
-                    lock = locks.lock("ghost", ttl=GHOST_TTL_S)
-                    await locks.lock("warm").try_acquire()
-                    server.pause()
-                    try:
-                        with pytest.raises(asyncio.TimeoutError):
-                            await asyncio.wait_for(lock.acquire(), 0.1)
-                        await asyncio.sleep(stopped_for)
-                    finally:
-                        server.resume()
-                    return await asyncio.to_thread(free_soon, lock.keys.lease)
+                locks = redlease.AsyncLocks(client, prefix=prefix)
+                lock = locks.lock("ghost", ttl=GHOST_TTL_S)
+                await locks.lock("warm").try_acquire()
+                server.pause()
+                try:
+                    with pytest.raises(asyncio.TimeoutError):
+                        await asyncio.wait_for(lock.acquire(), 0.1)
+                    if closed:
+                        await locks.aclose()
+                    await asyncio.sleep(stopped_for)
+                finally:
+                    server.resume()
+                freed_after = await asyncio.to_thread(free_soon, lock.keys.lease)
+                await locks.aclose()
+                return freed_after
 
             freed_after = asyncio.run(scenario())
     assert freed_after < 3.0, f"the lock stayed taken {freed_after:.1f} s after the resume"

@@ -315,10 +315,11 @@ class Engine(Client):
 
     def _withdraw_late(self, claim: Claim) -> None:
         """Withdraw an interrupted acquire until the server has answered (and once more):
-        see :mod:`redlease.core.withdrawal`."""
+        see :mod:`redlease.core.withdrawal`. Closing the client does not stop it: like a
+        release after ``close()``, it is about the server's state, not this client's."""
         schedule = withdrawal_pauses(claim.ttl_ms)
         pause = next(schedule)
-        while not self._closed:
+        while True:
             sleep(pause)
             try:
                 self._drive(release_flow(claim, withdraw=True, attempts=1))
