@@ -200,8 +200,7 @@ def test_an_acquire_the_server_does_not_answer_fails_after_one_socket_timeout(pr
 CYCLES_UNDER_FLUSHES = 1000
 
 
-@pytest.mark.parametrize("flavor", ["sync", "async"])
-def test_lock_calls_go_through_while_the_server_keeps_flushing_its_scripts(prefix, flavor):
+async def test_lock_calls_go_through_while_the_server_keeps_flushing_its_scripts(make_locks):
     """``SCRIPT FLUSH`` (or a failover to a server that never saw the scripts) between a
     call's script load and its run must not surface as an error, nor cost a renewed lease:
     a script the server does not know is sent whole."""
@@ -215,43 +214,22 @@ def test_lock_calls_go_through_while_the_server_keeps_flushing_its_scripts(prefi
 
         flusher = threading.Thread(target=flush)
         errors: list[str] = []
-        if flavor == "sync":
-            with redlease.Locks(server.url, prefix=prefix) as locks:
-                renewed = locks.lock("renewed", ttl=ttl, renew=True)
-                lease = renewed.acquire()
-                flusher.start()
+        locks = await make_locks(server.url)
+        renewed = locks.lock("renewed", ttl=ttl, renew=True)
+        lease = await renewed.acquire()
+        flusher.start()
+        try:
+            for index in range(CYCLES_UNDER_FLUSHES):
                 try:
-                    for index in range(CYCLES_UNDER_FLUSHES):
-                        try:
-                            with locks.lock(f"flushed-{index % 7}", ttl=5):
-                                pass
-                        except redlease.LockError as error:
-                            errors.append(repr(error))
-                finally:
-                    stop.set()
-                    flusher.join()
-                lost = lease.lost_reason
-                released = renewed.release()
-        else:
-
-            async def scenario() -> tuple[Any, Any]:
-                async with redlease.AsyncLocks(server.url, prefix=prefix) as locks:
-                    renewed = locks.lock("renewed", ttl=ttl, renew=True)
-                    lease = await renewed.acquire()
-                    flusher.start()
-                    try:
-                        for index in range(CYCLES_UNDER_FLUSHES):
-                            try:
-                                async with locks.lock(f"flushed-{index % 7}", ttl=5):
-                                    pass
-                            except redlease.LockError as error:
-                                errors.append(repr(error))
-                    finally:
-                        stop.set()
-                        flusher.join()
-                    return lease.lost_reason, await renewed.release()
-
-            lost, released = asyncio.run(scenario())
+                    async with locks.lock(f"flushed-{index % 7}", ttl=5):
+                        pass
+                except redlease.LockError as error:
+                    errors.append(repr(error))
+        finally:
+            stop.set()
+            flusher.join()
+        lost = lease.lost_reason
+        released = await renewed.release()
     assert errors == []
     assert lost is None
     assert released is ReleaseOutcome.RELEASED
