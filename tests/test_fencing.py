@@ -205,6 +205,37 @@ async def test_wrong_types_are_reported_without_writing(
     assert (wrong.value.found, wrong.value.expected) == ("hash", "string")
     assert server.exists(f"{counter}:fence") == 0
 
+    for found, put in (("list", server.rpush), ("hash", server.hset)):
+        other = f"{key}:{found}"
+        put(other, *(("field", "kept") if found == "hash" else ("kept",)))
+        with pytest.raises(WrongKeyType) as wrong:
+            await guard.set(Holder(1), other, "overwritten?")
+        assert (wrong.value.found, wrong.value.expected) == (found, "string")
+        assert server.type(other) == found.encode()
+        assert server.exists(f"{other}:fence") == 0
+
+
+async def test_incrby_on_a_string_that_is_no_integer_is_a_wrong_type(
+    guard: Any, server: redis.Redis, key: str
+) -> None:
+    server.set(key, "not a number")
+    with pytest.raises(WrongKeyType) as wrong:
+        await guard.incrby(Holder(1), key, 1)
+    assert wrong.value.found == "string that is not an integer"
+    assert "lock name" not in str(wrong.value)
+    assert server.get(key) == b"not a number"
+    assert server.exists(f"{key}:fence") == 0
+
+
+async def test_incrby_past_64_bits_is_refused_and_writes_nothing(
+    guard: Any, server: redis.Redis, key: str
+) -> None:
+    server.set(key, 2**63 - 1)
+    with pytest.raises(InvalidArgument, match="64 bits"):
+        await guard.incrby(Holder(1), key, 1)
+    assert server.get(key) == str(2**63 - 1).encode()
+    assert server.exists(f"{key}:fence") == 0
+
 
 @pytest.mark.parametrize(
     ("holder", "call"),
@@ -217,6 +248,11 @@ async def test_wrong_types_are_reported_without_writing(
         (Holder(1), ("hset", {})),
         (Holder(1), ("incrby", 1.5)),
         (Holder(1), ("incrby", 2**63)),
+        (Holder(1), ("set", None)),
+        (Holder(1), ("set", True)),
+        (Holder(1), ("hset", {"field": None})),
+        (None, ("set", 1)),
+        ("a lease?", ("claim",)),
     ],
 )
 async def test_bad_input_is_refused_before_any_io(
@@ -556,6 +592,11 @@ def test_sql_paramstyles() -> None:
             sqlite3.connect(":memory:"), Holder(1), 1, {"n = 0 --": 1}
         ),
         lambda: SqlGuard("stock").update(sqlite3.connect(":memory:"), Holder(1), 1, {"fence": 9}),
+        lambda: SqlGuard("stock").update(sqlite3.connect(":memory:"), Holder(1), 1, {"ID": 9}),
+        lambda: SqlGuard("stock").update(sqlite3.connect(":memory:"), Holder(1), 1, {"Fence": 9}),
+        lambda: SqlGuard("stock", owner_column="Owner").update(
+            sqlite3.connect(":memory:"), Holder(1), 1, {"owner": "x"}
+        ),
     ],
 )
 def test_sql_identifiers_are_validated(make: Callable[[], object]) -> None:

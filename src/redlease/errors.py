@@ -57,13 +57,18 @@ class InvalidArgument(LockError, ValueError):
 class WrongKeyType(LockError):
     """A key that the lock needs already holds a value of another type."""
 
-    def __init__(self, key: str, found: str, expected: str) -> None:
+    def __init__(
+        self,
+        key: str,
+        found: str,
+        expected: str,
+        advice: str = "another program uses this key: choose another lock name or prefix",
+    ) -> None:
         self.key = key
         self.found = found
         self.expected = expected
         super().__init__(
-            f"key {key!r} holds {_a(found)}, but redlease needs {_a(expected)} there; "
-            "another program uses this key: choose another lock name or prefix"
+            f"key {key!r} holds {_a(found)}, but redlease needs {_a(expected)} there; {advice}"
         )
 
 

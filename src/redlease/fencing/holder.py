@@ -24,7 +24,13 @@ class Fenced(Protocol):
 
 def holder_tokens(holder: Fenced) -> tuple[int, str]:
     """The holder's fencing and owner tokens, refused with a clear error before any I/O."""
-    fence, owner = holder.fence, holder.token
+    fence = getattr(holder, "fence", None)
+    owner = getattr(holder, "token", None)
+    if fence is None or owner is None:
+        raise InvalidArgument(
+            f"a guard needs the holder's lease (something with name, fence and token), "
+            f"not {holder!r}"
+        )
     if isinstance(fence, bool) or not isinstance(fence, int) or not 0 <= fence <= MAX_FENCE:
         raise InvalidArgument(f"fencing token must be an int in [0, 2**63 - 1], not {fence!r}")
     if not isinstance(owner, str) or not owner:

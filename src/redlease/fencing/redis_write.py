@@ -22,6 +22,11 @@ FENCED_WRITE = files("redlease.scripts").joinpath("fenced_write.lua").read_text(
 FENCED_WRITE_SHA = hashlib.sha1(FENCED_WRITE.encode(), usedforsecurity=False).hexdigest()
 DEFAULT_RECORD_SUFFIX = ":fence"
 
+KEY_ADVICE = "nothing was written: pass the key that holds your resource, or delete this value"
+RECORD_ADVICE = (
+    "nothing was written: another program uses the guard's record key; choose another record_suffix"
+)
+
 RedisKey = str | bytes
 RedisValue = str | bytes | int | float
 
@@ -59,9 +64,15 @@ class FencedWrite:
                 lock=self.holder.name,
                 reused=as_text(reply[2]) == "owner",
             )
+        if status == -3:
+            raise InvalidArgument(
+                f"INCRBY {as_text(self.args[3])} would take {as_text(self.keys[0])!r} past 64 bits; "
+                "nothing was written"
+            )
         which = int(reply[1])
-        expected = "hash" if which == 2 else self.expected_type
-        raise WrongKeyType(as_text(self.keys[which - 1]), as_text(reply[2]), expected)
+        if which == 2:
+            raise WrongKeyType(as_text(self.keys[1]), as_text(reply[2]), "hash", RECORD_ADVICE)
+        raise WrongKeyType(as_text(self.keys[0]), as_text(reply[2]), self.expected_type, KEY_ADVICE)
 
 
 def _slot(key: RedisKey) -> int:
@@ -105,6 +116,7 @@ class RedisGuardBase:
         return FencedWrite(keys, (str(fence), owner, *operation), holder, expected_type)
 
     def _set(self, holder: Fenced, key: RedisKey, value: RedisValue, px: int | None) -> FencedWrite:
+        _check_value(value, "value")
         if px is not None and (isinstance(px, bool) or not isinstance(px, int) or px <= 0):
             raise InvalidArgument(f"px must be a positive int of milliseconds or None, not {px!r}")
         return self._write(holder, key, "string", "set", value, "" if px is None else str(px))
@@ -114,6 +126,9 @@ class RedisGuardBase:
     ) -> FencedWrite:
         if not isinstance(mapping, Mapping) or not mapping:
             raise InvalidArgument("mapping must be a mapping of at least one field")
+        for field, value in mapping.items():
+            _check_value(field, "field")
+            _check_value(value, f"value of field {field!r}")
         pairs = [part for field, value in mapping.items() for part in (field, value)]
         return self._write(holder, key, "hash", "hset", *pairs)
 
@@ -124,3 +139,9 @@ class RedisGuardBase:
         if isinstance(amount, bool) or not isinstance(amount, int) or abs(amount) > MAX_FENCE:
             raise InvalidArgument(f"amount must be an int within 64 bits, not {amount!r}")
         return self._write(holder, key, "string", "incrby", amount)
+
+
+def _check_value(value: object, what: str) -> None:
+    """What redis-py would refuse with a bare DataError (None, a bool, a list...)."""
+    if isinstance(value, bool) or not isinstance(value, str | bytes | int | float):
+        raise InvalidArgument(f"{what} must be a str, bytes, int or float, not {value!r}")

@@ -97,7 +97,11 @@ class SqlGuard:
         if paramstyle is not None and paramstyle not in PARAMSTYLES:
             raise InvalidArgument(f"paramstyle must be one of {PARAMSTYLES}, not {paramstyle!r}")
         self.paramstyle = paramstyle
-        self._reserved = {self.id_column, self.fence_column, self.owner_column}
+        self._reserved = {
+            column.lower()
+            for column in (self.id_column, self.fence_column, self.owner_column)
+            if column
+        }
 
     def update(self, db: Any, holder: Fenced, row_id: object, values: Mapping[str, object]) -> None:
         """Set ``values`` on the row ``row_id`` if ``holder`` is the newest writer.
@@ -107,7 +111,7 @@ class SqlGuard:
         """
         fence, owner = holder_tokens(holder)
         columns = [_identifier(column, "column") for column in values]
-        if self._reserved & set(columns):
+        if self._reserved & {column.lower() for column in columns}:  # SQL folds unquoted case
             raise InvalidArgument("values may not set the id, fence or owner column")
         style = self.paramstyle or paramstyle_of(db)
         update = _Parameters(style)

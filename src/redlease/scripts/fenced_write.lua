@@ -4,19 +4,22 @@
 -- KEYS[1] the resource key, KEYS[2] its fence record: a hash {fence, owner} that never
 -- expires (it must share KEYS[1]'s slot on a cluster: give the key a hash tag)
 -- ARGV[1] writer's fence (decimal, no sign or leading zeros), ARGV[2] writer's owner token,
--- ARGV[3] the operation: 'set' (ARGV[4] value, ARGV[5] PX in ms or ''),
+-- ARGV[3] the operation: 'set' (ARGV[4] value, ARGV[5] PX in ms or ''; like the others, it
+--   refuses a key of another type rather than replace it),
 --   'hset' (ARGV[4..] field, value, ...), 'incrby' (ARGV[4] amount),
 --   'claim' (no write: only record the token, so older holders are refused from now on)
 -- The write happens before the record is updated: a write that fails records nothing.
 -- Returns {1, result} written (result: 1 for set and claim, HSET's new-field count,
 --         INCRBY's value)
 --       | {0, newest fence, 'older' | 'owner'} refused
---       | {-1, 1 | 2, type found} KEYS[1] or KEYS[2] holds a value of the wrong type
+--       | {-1, 1 | 2, type found} KEYS[1] or KEYS[2] holds a value of the wrong type (a
+--         string that is not an integer, for incrby)
+--       | {-3, 'overflow'} incrby would take the value past 64 bits; nothing written
 local record_type = redis.call('type', KEYS[2])['ok']
 if record_type ~= 'none' and record_type ~= 'hash' then
   return {-1, 2, record_type}
 end
-local expected = {hset = 'hash', incrby = 'string'}
+local expected = {set = 'string', hset = 'hash', incrby = 'string'}
 local want = expected[ARGV[3]]
 if want then
   local found = redis.call('type', KEYS[1])['ok']
@@ -60,7 +63,16 @@ elseif ARGV[3] == 'hset' then
     result = result + redis.call('hset', KEYS[1], unpack(ARGV, first, math.min(first + 999, #ARGV)))
   end
 elseif ARGV[3] == 'incrby' then
-  result = redis.call('incrby', KEYS[1], ARGV[4])
+  result = redis.pcall('incrby', KEYS[1], ARGV[4])
+  if type(result) == 'table' then
+    if string.find(result.err, 'not an integer', 1, true) then
+      return {-1, 1, 'string that is not an integer'}
+    end
+    if string.find(result.err, 'overflow', 1, true) then
+      return {-3, 'overflow'}
+    end
+    return result
+  end
 else
   return redis.error_reply('unknown fenced operation ' .. ARGV[3])
 end
