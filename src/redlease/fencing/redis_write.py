@@ -66,8 +66,8 @@ class FencedWrite:
             )
         if status == -3:
             raise InvalidArgument(
-                f"INCRBY {as_text(self.args[3])} would take {as_text(self.keys[0])!r} past 64 bits; "
-                "nothing was written"
+                f"INCRBY {as_text(self.args[3])} would take {as_text(self.keys[0])!r} past "
+                "64 bits; nothing was written"
             )
         which = int(reply[1])
         if which == 2:
