@@ -311,3 +311,43 @@ def test_main_in_process_leaves_the_callers_logging_as_it_was(redlease_url, pref
     assert code == 0
     assert "nothing removed" in capsys.readouterr().out
     assert (list(logger.handlers), logger.propagate) == before
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["localhost:6379", "http://127.0.0.1:6379/0", "redis://127.0.0.1:99999/0"],
+)
+@pytest.mark.parametrize("args", [["ls"], ["show", "x"], ["run", "x", "--", "true"]])
+def test_a_url_that_is_no_redis_url_is_a_usage_mistake(url, args):
+    """Not exit 1, which ``run`` uses for "someone else holds the lock"."""
+    completed = run_cli(args[0], "--url", url, *args[1:], url=None)
+
+    assert completed.returncode == 64, completed.stderr
+    assert "Traceback" not in completed.stderr
+    assert "redis://" in completed.stderr
+
+
+def test_server_refuses_a_port_out_of_range():
+    completed = run_cli("server", "--port", "70000", url=None)
+
+    assert completed.returncode == 64, completed.stderr
+    assert "Traceback" not in completed.stderr
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
+def test_a_stdout_that_cannot_be_written_is_one_line_and_74(redlease_url, prefix, locks):
+    locks.lock("held").acquire()
+    with open("/dev/full", "w") as full:
+        completed = subprocess.run(
+            [sys.executable, "-m", "redlease", "ls", "--prefix", prefix, "--url", redlease_url],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=RUN_TIMEOUT,
+            check=False,
+        )
+
+    assert completed.returncode == 74
+    assert "Traceback" not in completed.stderr
+    assert "Exception ignored" not in completed.stderr
+    assert "No space left" in completed.stderr

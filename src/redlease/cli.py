@@ -92,7 +92,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (default: ``sys.argv[1:]``) and return the exit code.
 
     A reader of stdout that went away (``redlease ls | head -1``) ends any command the way
-    it ends coreutils: quietly, with 141 (128 + SIGPIPE), never a traceback.
+    it ends coreutils: quietly, with 141 (128 + SIGPIPE), never a traceback; an output that
+    cannot be written (a full disk) ends it with one line and 74 (EX_IOERR).
     """
     stdout_before = output.stdout_identity()
     try:
@@ -100,6 +101,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()
     except BrokenPipeError:
         return output.quiet_broken_pipe()
+    except OSError as error:
+        if error.errno not in output.OUTPUT_ERRNOS:
+            raise
+        return output.output_failed(error)
     except SystemExit:
         if output.rich_gave_up_on_stdout(stdout_before):
             return output.BROKEN_PIPE_EXIT

@@ -11,10 +11,13 @@ from __future__ import annotations
 import codecs
 import importlib
 import inspect
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 from redlease.errors import InvalidArgument
+
+T = TypeVar("T")
 
 
 def _module(name: str) -> ModuleType | None:
@@ -113,3 +116,15 @@ def check_client(client: Any, *, asyncio: bool, user: str | None = None) -> None
             f"{type(client).__qualname__}); use redlease.{other} with it, or give {wanted} "
             f"a {'redis.asyncio.Redis' if asyncio else 'redis.Redis'} (or a URL)"
         )
+
+
+def from_url(make: Callable[[str], T], url: str) -> T:
+    """``make(url)`` (a client class's ``from_url``), with a URL it cannot read refused as
+    :class:`~redlease.InvalidArgument` that says what a URL looks like."""
+    try:
+        return make(url)
+    except ValueError as error:  # an unknown scheme, a port out of range, a bad db number
+        raise InvalidArgument(
+            f"{url!r} is not a server URL ({error}): write redis://HOST:PORT/DB, "
+            "rediss://HOST:PORT/DB for TLS, or unix:///path/to/socket"
+        ) from None

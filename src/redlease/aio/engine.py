@@ -35,7 +35,7 @@ from redlease.aio.driver import run_flow
 from redlease.aio.notify import AsyncNotifier
 from redlease.aio.renewer import AsyncRenewer
 from redlease.aio.scripts import Scripts
-from redlease.compat import ResponseErrors, check_client, narrow_encoding
+from redlease.compat import ResponseErrors, check_client, from_url, narrow_encoding
 from redlease.core.base import LeasedBase
 from redlease.core.hooks import ERROR, Hooks, combine
 from redlease.core.lease import PAST_DEADLINE, Lease, ReleaseOutcome
@@ -387,4 +387,6 @@ def _client(client: Redis | RedisCluster | str, cluster: bool) -> Redis | RedisC
     if not isinstance(client, str):
         check_client(client, asyncio=ASYNCIO)
         return client
-    return RedisCluster.from_url(client) if cluster else Redis.from_url(client)
+    if cluster:
+        return from_url(RedisCluster.from_url, client)
+    return from_url(Redis.from_url, client)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import enum
+import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.retry import Retry
 
+from redlease.compat import from_url
 from redlease.errors import ServerUnavailable
 from redlease.keys import DEFAULT_PREFIX
 from redlease.server import URL_ENV, resolve_url, server_url
@@ -32,6 +34,7 @@ __all__ = [
     "connect",
     "exit_code",
     "non_negative_float",
+    "port_number",
     "positive_float",
     "positive_int",
     "reach",
@@ -100,11 +103,14 @@ def reach(url: str, *, cluster: bool = False, hint: str = SHARED_HINT) -> Reache
 
 def _probe(url: str, hint: str) -> bool | None:
     """PING ``url`` once; whether it runs in cluster mode (None: it will not say)."""
-    client = redis.Redis.from_url(
+    client = from_url(
+        functools.partial(
+            redis.Redis.from_url,
+            socket_timeout=PROBE_TIMEOUT,
+            socket_connect_timeout=PROBE_TIMEOUT,
+            retry=Retry(NoBackoff(), 0),
+        ),
         url,
-        socket_timeout=PROBE_TIMEOUT,
-        socket_connect_timeout=PROBE_TIMEOUT,
-        retry=Retry(NoBackoff(), 0),
     )
     try:
         client.ping()
@@ -188,6 +194,13 @@ def positive_int(text: str) -> int:
     value = _parse(text, int, "a whole number")
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
+
+
+def port_number(text: str) -> int:
+    value = _parse(text, int, "a whole number")
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port, 1 to 65535, got {text}")
     return value
 
 

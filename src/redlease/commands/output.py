@@ -14,19 +14,23 @@ A reader that goes away (``redlease ls | head -1``) ends the command the way it 
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 __all__ = [
     "BROKEN_PIPE_EXIT",
+    "OUTPUT_ERRNOS",
+    "OUTPUT_FAILED_EXIT",
     "divert_log",
     "install_log_handler",
     "log_handler_installed",
     "mute_log",
+    "output_failed",
     "quiet_broken_pipe",
     "rich_gave_up_on_stdout",
     "stdout_identity",
@@ -34,6 +38,11 @@ __all__ = [
 
 BROKEN_PIPE_EXIT = 128 + signal.SIGPIPE
 """What a shell sees of a coreutils command whose reader went away (141)."""
+
+OUTPUT_FAILED_EXIT = 74
+"""sysexits.h's EX_IOERR: the output could not be written (a full disk, an I/O error)."""
+OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
+"""What a write to a regular file or a device can fail with, past the command's control."""
 
 LogSink = Callable[[str], None]
 
@@ -134,17 +143,31 @@ def rich_gave_up_on_stdout(before: tuple[int, int] | None) -> bool:
     return after == (devnull.st_dev, devnull.st_ino)
 
 
+def output_failed(error: OSError) -> int:
+    """After a write to stdout failed (a full disk): say so in one line, return 74."""
+    _silence_stdout()
+    with suppress(OSError):
+        sys.stderr.write(f"redlease: cannot write the output: {error.strerror}\n")
+        sys.stderr.flush()
+    return OUTPUT_FAILED_EXIT
+
+
 def quiet_broken_pipe() -> int:
     """After a write to a closed pipe: keep the exit quiet and return :data:`BROKEN_PIPE_EXIT`.
 
     Python flushes stdout once more at exit; with stdout pointed at /dev/null that flush
     cannot fail and print "Exception ignored" on stderr.
     """
+    _silence_stdout()
+    return BROKEN_PIPE_EXIT
+
+
+def _silence_stdout() -> None:
+    """Point descriptor 1 at /dev/null, so Python's last flush at exit cannot fail again."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     try:
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError):
-        pass  # stdout is not a real file (a test harness): nothing will flush to a pipe
+        pass  # stdout is not a real file (a test harness): nothing will flush to it
     finally:
         os.close(devnull)
-    return BROKEN_PIPE_EXIT

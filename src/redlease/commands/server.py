@@ -13,7 +13,7 @@ import threading
 from types import FrameType
 from typing import Any
 
-from redlease.commands.common import ExitCode, positive_int
+from redlease.commands.common import ExitCode, port_number
 from redlease.server import EmbeddedServer
 
 __all__ = ["register"]
@@ -28,7 +28,7 @@ def register(commands: Any) -> None:
         description="Start the embedded (or a PATH) Redis/Valkey server on localhost, print "
         "its URL as the first line of stdout, and run until Ctrl-C or SIGTERM.",
     )
-    server.add_argument("--port", type=positive_int, help="port to listen on (default: a free one)")
+    server.add_argument("--port", type=port_number, help="port to listen on (default: a free one)")
     server.set_defaults(handler=serve)
 
 
