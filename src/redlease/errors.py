@@ -11,6 +11,17 @@ from __future__ import annotations
 class LockError(Exception):
     """Base of every error raised by redlease."""
 
+    def _made_from(self, message: str, *made_from: object) -> None:
+        """Say ``message``, with ``args`` the values the error was made from: pickle and
+        Celery's result backends rebuild an error as ``type(error)(*error.args)``."""
+        super().__init__(message)
+        self.args = made_from
+        self._message = message
+
+    def __str__(self) -> str:
+        message = self.__dict__.get("_message")
+        return message if isinstance(message, str) else super().__str__()
+
 
 class LockTimeout(LockError, TimeoutError):
     """The lock could not be had within the allowed time (or at once, when not blocking)."""
@@ -25,7 +36,7 @@ class LockTimeout(LockError, TimeoutError):
             detail = f"still held by another owner after {timeout:g} s"
         else:
             detail = "it is held by another owner"
-        super().__init__(f"could not acquire lock {name!r}: {detail}")
+        self._made_from(f"could not acquire lock {name!r}: {detail}", name, timeout, reason)
 
 
 class NotOwned(LockError):
@@ -43,7 +54,7 @@ class LeaseLost(LockError):
     def __init__(self, name: str, reason: str) -> None:
         self.name = name
         self.reason = reason
-        super().__init__(f"lease on lock {name!r} was lost: {reason}")
+        self._made_from(f"lease on lock {name!r} was lost: {reason}", name, reason)
 
 
 class InvalidName(LockError, ValueError):
@@ -67,8 +78,12 @@ class WrongKeyType(LockError):
         self.key = key
         self.found = found
         self.expected = expected
-        super().__init__(
-            f"key {key!r} holds {_a(found)}, but redlease needs {_a(expected)} there; {advice}"
+        self._made_from(
+            f"key {key!r} holds {_a(found)}, but redlease needs {_a(expected)} there; {advice}",
+            key,
+            found,
+            expected,
+            advice,
         )
 
 
@@ -99,7 +114,6 @@ class FenceRejected(LockError):
         resource: str,
         token: int,
         newest: int | None = None,
-        *,
         lock: str | None = None,
         reused: bool = False,
     ) -> None:
@@ -115,9 +129,14 @@ class FenceRejected(LockError):
         else:
             why = f"token {token} is not newer than the one it holds"
         held = f"lock {lock!r}" if lock else "the lock"
-        super().__init__(
+        self._made_from(
             f"write to {resource} refused: {why}; another holder has {held} now: "
-            "stop this work and do not retry it with this lease"
+            "stop this work and do not retry it with this lease",
+            resource,
+            token,
+            newest,
+            lock,
+            reused,
         )
 
 
