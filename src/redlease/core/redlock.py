@@ -30,6 +30,10 @@ from a restart counts again within a fraction of a second."""
 ROUND_FLOOR_S = 1.0
 """The least time a round may wait for the masters when the caller's ``timeout`` is shorter
 (or 0): one round trip to each, a far one included."""
+SILENT_MAJORITY_S = 5.0
+"""An acquire with no timeout reports a majority that answered none of its rounds for the
+lease's validity, and at least this long, as unavailable (a short lease's rounds may just
+be slower than its validity for a while)."""
 
 
 class _NotAwaited:

@@ -34,6 +34,7 @@ from redlease.core.protocol import (
 )
 from redlease.core.redlock import (
     ROUND_FLOOR_S,
+    SILENT_MAJORITY_S,
     STRAGGLER_GRACE_S,
     Tally,
     grants,
@@ -212,12 +213,13 @@ class RedlockLock(LeaseHandle[Redlock]):
         began = clock()
         deadline = None if request.timeout is None else began + request.timeout
         delay = RETRY_DELAYS_S[0]
+        silent_since: float | None = None
         floor = began + ROUND_FLOOR_S
         rounds_end = (
             floor if not request.blocking else None if deadline is None else max(deadline, floor)
         )
         while True:
-            within = self._round_time(rounds_end)
+            within, round_began = self._round_time(rounds_end), clock()
             try:
                 grant, tally, why = self._round(claim, within)
             except BaseException:
@@ -230,8 +232,12 @@ class RedlockLock(LeaseHandle[Redlock]):
                 typed = [error for error in tally.errors if not isinstance(error, NETWORK_ERRORS)]
                 if typed:  # another program's value, a spent fence counter: say so
                     raise typed[0]
-                if not tally.silent:  # refused connections: no use retrying
-                    raise self._unavailable(tally, began)
+                silent_since = round_began if silent_since is None else silent_since
+                patience = max(self._round_time(None), SILENT_MAJORITY_S)
+                if not tally.silent or clock() - silent_since >= patience:
+                    raise self._unavailable(tally, began)  # refused, or silent for too long
+            else:
+                silent_since = None
             remaining = None if deadline is None else deadline - clock()
             if not request.blocking or (remaining is not None and remaining <= 0):
                 if unanswered:
