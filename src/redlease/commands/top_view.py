@@ -68,7 +68,7 @@ def print_table(rows: list[Row], stream: TextIO) -> None:
         for line in plain_table(rows):
             stream.write(line + "\n")
         return
-    rich.Console(file=stream, soft_wrap=True).print(_rich_table(rich, rows))
+    rich.Console(file=stream, soft_wrap=True).print(_rich_table(rich, rows, fit_holder=True))
 
 
 class LiveScreen:
@@ -156,14 +156,18 @@ def _rich() -> _RichParts | None:
         return None
 
 
-def _rich_table(rich: _RichParts, rows: list[Row]) -> Any:
+def _rich_table(rich: _RichParts, rows: list[Row], *, fit_holder: bool = False) -> Any:
+    """The table; with ``fit_holder`` (a one-off print) a long holder label folds onto more
+    lines instead of squeezing the other columns out, as ``ls`` does."""
     table = rich.Table(box=None, header_style="bold", pad_edge=False)
     for column in COLUMNS:
+        folds = fit_holder and column == "HOLDER"
         table.add_column(
             column,
             justify="right" if column in RIGHT_ALIGNED else "left",
-            no_wrap=True,
-            overflow="ellipsis",
+            no_wrap=not folds,
+            overflow="fold" if folds else "ellipsis",
+            min_width=None if folds else len(column),
         )
     for row in rows:
         table.add_row(*cells(row), style=None if row.held else "dim")
