@@ -579,7 +579,16 @@ def test_a_forked_child_neither_releases_nor_renews_the_parents_lease(redlease_u
     assert child["left_parent_connections_usable"] is True
 
 
-@pytest.mark.parametrize("url", ["localhost:6379", "http://127.0.0.1:6379/0", "redis://h:99999/0"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "localhost:6379",
+        "http://127.0.0.1:6379/0",
+        "redis://h:99999/0",
+        "redis://h/abc",
+        "redis://h/-1",
+    ],
+)
 @pytest.mark.parametrize("make", [redlease.Locks, redlease.AsyncLocks, redlease.Redlock])
 def test_a_url_that_is_no_server_url_is_invalid_input(make, url):
     """Every error is a LockError: a mistyped URL too, with what a URL looks like."""

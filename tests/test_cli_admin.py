@@ -315,7 +315,7 @@ def test_main_in_process_leaves_the_callers_logging_as_it_was(redlease_url, pref
 
 @pytest.mark.parametrize(
     "url",
-    ["localhost:6379", "http://127.0.0.1:6379/0", "redis://127.0.0.1:99999/0"],
+    ["localhost:6379", "http://127.0.0.1:6379/0", "redis://127.0.0.1:99999/0", "redis://h/abc"],
 )
 @pytest.mark.parametrize("args", [["ls"], ["show", "x"], ["run", "x", "--", "true"]])
 def test_a_url_that_is_no_redis_url_is_a_usage_mistake(url, args):

@@ -359,13 +359,14 @@ def test_the_log_handler_prints_one_line_and_is_installed_once(capsys):
         logger.propagate = propagate
 
 
-def test_top_once_keeps_every_column_beside_a_long_holder(redlease_url, prefix):
-    """A 64-character owner label (the longest ``owner=`` shows) wraps; it must not squeeze
-    the fence and TTL out of the table."""
+@pytest.mark.parametrize("name", ["cart", "orders:customer-4711:" + "n" * 60])
+def test_top_once_keeps_every_column_beside_a_long_holder(redlease_url, prefix, name):
+    """A 64-character owner label (the longest ``owner=`` shows) or a long name folds; it
+    must not squeeze the fence and TTL out of the table."""
     import redlease  # noqa: PLC0415
 
     with redlease.Locks(redlease_url, prefix=prefix) as locks:
-        lease = locks.lock("cart", ttl=60, owner="x" * 64).acquire()
+        lease = locks.lock(name, ttl=60, owner="x" * 64).acquire()
         completed = subprocess.run(
             [sys.executable, "-m", "redlease", "top", "--once", "--prefix", prefix],
             env=dict(os.environ, REDIS_URL=redlease_url, COLUMNS="80"),
@@ -376,6 +377,9 @@ def test_top_once_keeps_every_column_beside_a_long_holder(redlease_url, prefix):
         )
     assert completed.returncode == 0, completed.stderr
     header = completed.stdout.splitlines()[0].split()
-    assert header[:7] == ["NAME", "KIND", "FENCE", "TTL", "WAITERS", "ACQ/S", "LOST"]
+    assert header == ["NAME", "KIND", "FENCE", "TTL", "WAITERS", "ACQ/S", "LOST", "HOLDER"]
     first_row = completed.stdout.splitlines()[1].split()
-    assert first_row[:3] == ["cart", "lock", str(lease.fence)]
+    assert first_row[1:3] == ["lock", str(lease.fence)]
+    assert first_row[3].endswith("s")
+    assert "…" not in first_row[3]
+    assert name.startswith(first_row[0])

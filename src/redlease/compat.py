@@ -14,6 +14,7 @@ import inspect
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any, TypeVar
+from urllib.parse import unquote, urlsplit
 
 from redlease.errors import InvalidArgument
 
@@ -122,9 +123,21 @@ def from_url(make: Callable[[str], T], url: str) -> T:
     """``make(url)`` (a client class's ``from_url``), with a URL it cannot read refused as
     :class:`~redlease.InvalidArgument` that says what a URL looks like."""
     try:
+        _check_database(url)
         return make(url)
     except ValueError as error:  # an unknown scheme, a port out of range, a bad db number
         raise InvalidArgument(
             f"{url!r} is not a server URL ({error}): write redis://HOST:PORT/DB, "
             "rediss://HOST:PORT/DB for TLS, or unix:///path/to/socket"
         ) from None
+
+
+def _check_database(url: str) -> None:
+    """redis-py reads ``redis://host/abc`` as database 0: a typo would put the locks in
+    another database than the one meant, so a path that is no database number is refused."""
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in ("redis", "rediss"):
+        return
+    database = unquote(parts.path).lstrip("/")
+    if database and not database.isdigit():
+        raise ValueError(f"the database {database!r} is not a number from 0 up")

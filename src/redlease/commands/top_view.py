@@ -68,7 +68,7 @@ def print_table(rows: list[Row], stream: TextIO) -> None:
         for line in plain_table(rows):
             stream.write(line + "\n")
         return
-    rich.Console(file=stream, soft_wrap=True).print(_rich_table(rich, rows, fit_holder=True))
+    rich.Console(file=stream, soft_wrap=True).print(_rich_table(rich, rows, fit=True))
 
 
 class LiveScreen:
@@ -156,18 +156,26 @@ def _rich() -> _RichParts | None:
         return None
 
 
-def _rich_table(rich: _RichParts, rows: list[Row], *, fit_holder: bool = False) -> Any:
-    """The table; with ``fit_holder`` (a one-off print) a long holder label folds onto more
-    lines instead of squeezing the other columns out, as ``ls`` does."""
+FOLDING = {"NAME", "HOLDER"}
+"""The free-text columns: in a one-off print they fold rather than squeeze the others."""
+
+
+def _rich_table(rich: _RichParts, rows: list[Row], *, fit: bool = False) -> Any:
+    """The table; with ``fit`` (a one-off print) a long name or holder label folds onto
+    more lines, and every other column keeps the width of its widest cell, as ``ls`` does."""
     table = rich.Table(box=None, header_style="bold", pad_edge=False)
-    for column in COLUMNS:
-        folds = fit_holder and column == "HOLDER"
+    widths = [
+        max([len(column), *(len(cells(row)[i]) for row in rows)])
+        for i, column in enumerate(COLUMNS)
+    ]
+    for column, width in zip(COLUMNS, widths, strict=True):
+        folds = fit and column in FOLDING
         table.add_column(
             column,
             justify="right" if column in RIGHT_ALIGNED else "left",
             no_wrap=not folds,
             overflow="fold" if folds else "ellipsis",
-            min_width=None if folds else len(column),
+            min_width=width if fit and not folds else None,
         )
     for row in rows:
         table.add_row(*cells(row), style=None if row.held else "dim")

@@ -27,6 +27,9 @@ RECORD_ADVICE = (
     "nothing was written: another program uses the guard's record key; choose another record_suffix"
 )
 
+NOT_AN_INTEGER = "string that is not an integer"
+"""What ``fenced_write.lua`` finds where ``incrby`` wants an integer."""
+
 RedisKey = str | bytes
 RedisValue = str | bytes | int | float
 
@@ -72,7 +75,9 @@ class FencedWrite:
         which = int(reply[1])
         if which == 2:
             raise WrongKeyType(as_text(self.keys[1]), as_text(reply[2]), "hash", RECORD_ADVICE)
-        raise WrongKeyType(as_text(self.keys[0]), as_text(reply[2]), self.expected_type, KEY_ADVICE)
+        found = as_text(reply[2])
+        expected = "integer string" if found == NOT_AN_INTEGER else self.expected_type
+        raise WrongKeyType(as_text(self.keys[0]), found, expected, KEY_ADVICE)
 
 
 def _slot(key: RedisKey) -> int:
