@@ -164,19 +164,17 @@ def _rich_table(rich: _RichParts, rows: list[Row], *, fit: bool = False) -> Any:
     """The table; with ``fit`` (a one-off print) a long name or holder label folds onto
     more lines, and every other column keeps the width of its widest cell, as ``ls`` does."""
     table = rich.Table(box=None, header_style="bold", pad_edge=False)
-    widths = [
-        max([len(column), *(len(cells(row)[i]) for row in rows)])
-        for i, column in enumerate(COLUMNS)
-    ]
-    for column, width in zip(COLUMNS, widths, strict=True):
+    texts = [cells(row) for row in rows]
+    for index, column in enumerate(COLUMNS):
         folds = fit and column in FOLDING
+        widest = max([len(column), *(len(line[index]) for line in texts)])
         table.add_column(
             column,
             justify="right" if column in RIGHT_ALIGNED else "left",
             no_wrap=not folds,
             overflow="fold" if folds else "ellipsis",
-            min_width=width if fit and not folds else None,
+            min_width=widest if fit and not folds else None,
         )
-    for row in rows:
-        table.add_row(*cells(row), style=None if row.held else "dim")
+    for row, line in zip(rows, texts, strict=True):
+        table.add_row(*line, style=None if row.held else "dim")
     return table
