@@ -23,6 +23,7 @@ import redis
 
 import redlease
 from conftest import SyncLocksAdapter, measure_round_trip
+from redlease.aio.fanout import FIRST_CONTACT_S
 from redlease.chaos.proxy import Link, Mode, ProxyHub
 from redlease.core.redlock import ROUND_FLOOR_S, SILENT_MAJORITY_S, STRAGGLER_GRACE_S
 from redlease.server import EmbeddedServer
@@ -210,6 +211,10 @@ async def test_a_master_never_heard_from_is_waited_for_once(links, flavor, prefi
     """A master silent from the start gets the first-contact wait (at most a tenth of the
     round, here 0.2 s) on the first round only, not again each time its connection is
     tried anew (an outside tester saw it about once a second)."""
+    first_contact = min(FIRST_CONTACT_S, TTL_S / 10)
+    round_trip = max(measure_round_trip(link.url) for link in links[1:])
+    # a repeated wait would cost first_contact; scheduling on a loaded machine costs trips
+    bound = min(0.75 * first_contact, max(TTL_S / 40, 50 * round_trip))
     links[0].set(mode=Mode.BLACKHOLE)
     redlock = redlock_over(flavor, links, prefix)
     try:
@@ -219,7 +224,7 @@ async def test_a_master_never_heard_from_is_waited_for_once(links, flavor, prefi
             _, seconds = await timed(redlock.lock("job", ttl=TTL_S).acquire(blocking=False))
             took.append(seconds)
             await redlock.lock("job").release()
-        assert max(took[1:]) < TTL_S / 40, f"later acquires took up to {max(took[1:]):.3f} s"
+        assert max(took[1:]) < bound, f"later acquires took up to {max(took[1:]):.3f} s"
     finally:
         links[0].set()
         await redlock.aclose()
