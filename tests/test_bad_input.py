@@ -594,3 +594,24 @@ def test_a_url_that_is_no_server_url_is_invalid_input(make, url):
     """Every error is a LockError: a mistyped URL too, with what a URL looks like."""
     with pytest.raises(redlease.InvalidArgument, match="redis://HOST:PORT/DB"):
         make([url] if make is redlease.Redlock else url)
+
+
+@pytest.mark.parametrize("make", [redlease.Locks, redlease.AsyncLocks, redlease.Redlock])
+def test_a_url_scheme_is_read_in_either_case(make, redlease_url, prefix):
+    """URL schemes ignore case (RFC 3986): ``REDIS://`` names the same server to every
+    flavour, where redis-py's sync parser alone would refuse it."""
+    url = "REDIS" + redlease_url[len("redis") :]
+    locks = make([url] if make is redlease.Redlock else url, prefix=prefix)
+
+    async def take_async() -> int:
+        try:
+            async with locks.lock("upper") as lease:
+                return int(lease.fence)
+        finally:
+            await locks.aclose()
+
+    if make is redlease.AsyncLocks:
+        assert asyncio.run(take_async()) >= 1
+        return
+    with locks, locks.lock("upper") as lease:
+        assert lease.fence >= 1

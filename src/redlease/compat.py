@@ -124,12 +124,19 @@ def from_url(make: Callable[[str], T], url: str) -> T:
     :class:`~redlease.InvalidArgument` that says what a URL looks like."""
     try:
         _check_database(url)
-        return make(url)
+        return make(_lower_scheme(url))
     except ValueError as error:  # an unknown scheme, a port out of range, a bad db number
         raise InvalidArgument(
             f"{url!r} is not a server URL ({error}): write redis://HOST:PORT/DB, "
             "rediss://HOST:PORT/DB for TLS, or unix:///path/to/socket"
         ) from None
+
+
+def _lower_scheme(url: str) -> str:
+    """Schemes ignore case (RFC 3986), but redis-py's sync parser only knows them in lower
+    case where its asyncio one takes any: one spelling for both flavours."""
+    scheme, colon, rest = url.partition(":")
+    return scheme.lower() + colon + rest
 
 
 def _check_database(url: str) -> None:
