@@ -155,3 +155,28 @@ def test_a_forked_child_runs_its_own_redlock_rounds(redlease_servers_factory, pr
         time.sleep(0.02)
     redlock.close()
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+@pytest.mark.parametrize("refusing", [2, 3])
+async def test_masters_that_refuse_the_password_are_named_as_such(
+    redlease_servers_factory, flavor, prefix, refusing
+):
+    """Too few masters accepting our credentials is an AuthenticationFailed, at once, as on
+    one server: not a ServerUnavailable that sends the user looking at the network."""
+    masters = redlease_servers_factory(3, "--requirepass", "right-pass")
+    urls = [
+        f"redis://:{'wrong-pass' if index < refusing else 'right-pass'}@127.0.0.1:{server.port}/0"
+        for index, server in enumerate(masters)
+    ]
+    redlock = redlock_over(flavor, urls, prefix)
+    try:
+        started = time.monotonic()
+        with pytest.raises(redlease.AuthenticationFailed, match=f"{refusing} of 3") as raised:
+            await redlock.lock("payroll").acquire()
+        assert time.monotonic() - started < 5, "a refused password is final: no retrying"
+        assert "credentials" in str(raised.value)
+    finally:
+        await redlock.aclose()
+    for server in masters:
+        with redis.Redis(port=server.port, password="right-pass") as admin:
+            assert admin.dbsize() <= 1, "only a fence counter may be left"

@@ -54,7 +54,7 @@ from redlease.core.redlock import (
 )
 from redlease.core.renewal import renewal_answers, renewal_calls
 from redlease.core.withdrawal import LATE_COMMAND_S
-from redlease.errors import InvalidArgument, LeaseLost, LockTimeout, ServerUnavailable
+from redlease.errors import InvalidArgument, LeaseLost, LockError, LockTimeout
 from redlease.keys import DEFAULT_PREFIX
 from redlease.scripts import ScriptName
 
@@ -249,9 +249,9 @@ class AsyncRedlockLock(AsyncLeaseHandle[AsyncRedlock]):
             delay = min(delay * 2, RETRY_DELAYS_S[1])
             claim = self._claim(self._locks._new_token(owner), "publish")
 
-    def _unavailable(self, tally: Tally, began: float) -> ServerUnavailable:
+    def _unavailable(self, tally: Tally, began: float) -> LockError:
         waited_ms = (self._locks._clock() - began) * 1000
-        return ServerUnavailable(too_few_answers(self.name, tally, waited_ms))
+        return too_few_answers(self.name, tally, waited_ms)
 
     def _round_time(self, rounds_end: float | None) -> float:
         """How long a round may wait for the masters: the lease's validity, and no later

@@ -13,10 +13,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from redlease.compat import TimeoutErrors
+from redlease.compat import AuthenticationErrors, TimeoutErrors
 from redlease.core.lease import drift_ms
 from redlease.core.protocol import NETWORK_ERRORS
-from redlease.errors import LockError
+from redlease.errors import AuthenticationFailed, LockError, ServerUnavailable
 
 STRAGGLER_GRACE_S = 0.01
 """Once enough masters answered a round, the others get as long again as those took, twice
@@ -161,14 +161,23 @@ def learned(known: float | None, seconds: float) -> float:
     return seconds if known is None else 0.7 * known + 0.3 * seconds
 
 
-def too_few_answers(name: str, tally: Tally, waited_ms: float) -> str:
-    """Why a lock could not be had when no majority answered (within ``waited_ms``)."""
+def too_few_answers(name: str, tally: Tally, waited_ms: float) -> LockError:
+    """The error for a round that no majority answered (within ``waited_ms``): a
+    :class:`ServerUnavailable`, or :class:`AuthenticationFailed` when the masters that refused
+    our credentials are enough on their own to leave no majority."""
     needed = quorum(tally.masters)
     in_time = f" in time (waited {waited_ms:.0f} ms)" if tally.silent else ""
-    return (
+    message = (
         f"could not acquire lock {name!r}: only {tally.reachable} of {tally.masters} masters "
         f"answered{in_time}, Redlock needs {needed}"
     )
+    refusing = [error for error in tally.errors if isinstance(error, AuthenticationErrors)]
+    if not refusing:
+        return ServerUnavailable(message)
+    message += f"; {len(refusing)} of {tally.masters} refused our credentials ({refusing[0]})"
+    if tally.masters - len(refusing) < needed:
+        return AuthenticationFailed(message)
+    return ServerUnavailable(message)
 
 
 def not_granted(tally: Tally, elapsed_ms: float, ttl_ms: int) -> str | None:
