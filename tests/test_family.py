@@ -588,6 +588,22 @@ async def test_a_multi_lock_takes_all_or_nothing(make_family, server, prefix):
     assert not server.exists(f"{prefix}:{{a}}", f"{prefix}:{{b}}", f"{prefix}:{{c}}")
 
 
+async def test_a_multi_lock_is_released_by_any_handle_of_its_names_and_owner(
+    make_family, server, prefix
+):
+    """As with a lock's ``owner=``: what one handle took, another handle of the same
+    names (in any order) and owner releases; a handle of another owner cannot."""
+    client = await make_family()
+    held = await client.multi_lock(["a", "b"], owner="job-7").acquire()
+    with pytest.raises(redlease.NotOwned):
+        await client.multi_lock(["a", "b"], owner="job-8").release()
+    with pytest.raises(redlease.LockError, match="already held"):
+        await client.multi_lock(["b", "a"], owner="job-7").acquire(timeout=0)
+    assert await client.multi_lock(["b", "a"], owner="job-7").release() is ReleaseOutcome.RELEASED
+    assert not server.exists(f"{prefix}:{{a}}", f"{prefix}:{{b}}")
+    assert not held.lost
+
+
 async def test_multi_lock_fences_strictly_increase_per_name_across_holders(make_family):
     clients = [await make_family() for _ in range(3)]
     subsets = [["x", "y"], ["y", "z"], ["z", "x"], ["x", "y", "z"]]

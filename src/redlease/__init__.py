@@ -24,8 +24,7 @@ from redlease.aio.family import (
 from redlease.aio.lock import AsyncFairLock, AsyncLock, AsyncLocks
 from redlease.aio.redlock import AsyncRedlock, AsyncRedlockLock
 from redlease.core.base import DEFAULT_TTL
-from redlease.core.family import MultiLease
-from redlease.core.lease import Lease, ReleaseOutcome
+from redlease.core.lease import Lease, MultiLease, ReleaseOutcome
 from redlease.errors import (
     AuthenticationFailed,
     FenceExhausted,

@@ -10,14 +10,13 @@ from redlease.aio.engine import AsyncEngine
 from redlease.aio.handle import AsyncLock
 from redlease.core.claims import SharedClaim
 from redlease.core.family import (
-    MultiLease,
     MultiLockBase,
     ReadLockBase,
     SemaphoreBase,
     WriteLockBase,
 )
 from redlease.core.hooks import ACQUIRED, ERROR, TIMEOUT
-from redlease.core.lease import Lease, ReleaseOutcome
+from redlease.core.lease import Lease, MultiLease, ReleaseOutcome
 from redlease.core.multi import multi_acquire_flow
 from redlease.core.ops import RunScript
 from redlease.core.owner import Owner
@@ -219,7 +218,7 @@ class AsyncMultiLock(MultiLockBase[AsyncEngine]):
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        held = self._held.get(self._owner())
+        held = self._holding(self._owner())
         outcome = await self.release()
         if (
             held is not None

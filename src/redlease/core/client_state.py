@@ -18,7 +18,7 @@ from collections.abc import Hashable
 from typing import TypeVar
 
 from redlease.core.hooks import Hooks, is_silent
-from redlease.core.lease import Lease
+from redlease.core.lease import Lease, MultiLease
 from redlease.core.owner import Owner, TokenFactory, random_token
 from redlease.core.protocol import HANDED_OVER, Clock
 from redlease.core.renewal import RenewalSchedule
@@ -54,6 +54,8 @@ class LocksBase:
         self._replica_template = ReplicaAcks(1, DEFAULT_REPLICA_TIMEOUT_MS)
         """Replica acknowledgement every lock write of this client waits for (none by default)."""
         self._held_by: dict[tuple[str, Hashable], Lease] = {}
+        self._multi_by: dict[tuple[str, Hashable], MultiLease] = {}
+        """Multi-locks held, by (the names joined, owner)."""
         self._contended_until: dict[str, float] = {}
         self._guard = threading.Lock()
         self._host = socket.gethostname()
@@ -93,6 +95,7 @@ class LocksBase:
         releases a lease the parent holds (``release`` there raises ``NotOwned``).
         """
         self._held_by = {}
+        self._multi_by = {}
         self._contended_until = {}
         self._guard = threading.Lock()
         self._token_tail = self._holder_tail()

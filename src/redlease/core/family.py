@@ -7,12 +7,11 @@ generated sync twin only drive the flows.
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
-from dataclasses import dataclass, field
 
 from redlease.core.base import LeasedBase, LockBase
 from redlease.core.claims import ExclusiveClaim, SharedClaim
 from redlease.core.client_state import LocksT
-from redlease.core.lease import Lease, LostCallback, local_deadline
+from redlease.core.lease import Lease, LostCallback, MultiLease, local_deadline
 from redlease.core.ops import Claim
 from redlease.core.owner import Owner
 from redlease.errors import InvalidArgument, LockError, NotOwned
@@ -181,31 +180,6 @@ class SemaphoreBase(LeasedBase[LocksT]):
         return lease
 
 
-@dataclass(eq=False)
-class MultiLease:
-    """The leases of a multi-lock, one per name, in name order."""
-
-    leases: list[Lease]
-    _callbacks: list[LostCallback] = field(default_factory=list, repr=False)
-
-    @property
-    def fences(self) -> dict[str, int]:
-        return {lease.name: lease.fence for lease in self.leases}
-
-    @property
-    def lost(self) -> bool:
-        return any(lease.lost for lease in self.leases)
-
-    @property
-    def lost_reason(self) -> str | None:
-        return next((lease.lost_reason for lease in self.leases if lease.lost), None)
-
-    def on_lost(self, callback: LostCallback) -> None:
-        """Call ``callback(lease)`` with the first part lease found lost."""
-        for lease in self.leases:
-            lease.on_lost(callback)
-
-
 class MultiLockBase(LeasedBase[LocksT]):
     """Several exclusive locks taken all or none (see :func:`multi_acquire_flow`)."""
 
@@ -218,10 +192,14 @@ class MultiLockBase(LeasedBase[LocksT]):
         super().__init__(locks, names[0], **options)  # type: ignore[arg-type]
         self._all_keys: list[LockKeys] = [locks._keys_for(name) for name in names]
         self.name = "+".join(names)
-        self._held: dict[Hashable, MultiLease] = {}
+
+    def _holding(self, owner: Hashable) -> MultiLease | None:
+        """What ``owner`` holds of this set of names: kept by the client, like a lock's
+        lease, so any handle of the same names and owner can release it."""
+        return self._locks._multi_by.get((self.name, owner))
 
     def _claims(self, owner: Owner, publish: str) -> list[Claim]:
-        if owner in self._held:
+        if self._holding(owner) is not None:
             raise LockError(f"multi-lock {self.name!r} is already held by {owner.describe()}")
         token = self._locks._new_token(owner)
         return [
@@ -253,12 +231,15 @@ class MultiLockBase(LeasedBase[LocksT]):
             )
             self._locks._adopt(lease, None)
             leases.append(lease)
-        held = self._held[owner] = MultiLease(leases)
+        held = MultiLease(leases)
+        with self._locks._guard:
+            self._locks._multi_by[(self.name, owner)] = held
         return held
 
     def _begin_release(self) -> MultiLease:
         owner = self._owner()
-        held = self._held.pop(owner, None)
+        with self._locks._guard:
+            held = self._locks._multi_by.pop((self.name, owner), None)
         if held is None:
             raise NotOwned(f"multi-lock {self.name!r} is not held by {owner.describe()}")
         for lease in held.leases:

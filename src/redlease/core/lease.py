@@ -128,3 +128,28 @@ def _call_safely(callback: LostCallback, lease: Lease) -> object:
 def run_callbacks(callbacks: list[LostCallback], lease: Lease) -> list[object]:
     """Run lost-lease callbacks, logging (not raising) their errors; return their results."""
     return [_call_safely(callback, lease) for callback in callbacks]
+
+
+@dataclass(eq=False)
+class MultiLease:
+    """The leases of a multi-lock, one per name, in name order."""
+
+    leases: list[Lease]
+    _callbacks: list[LostCallback] = field(default_factory=list, repr=False)
+
+    @property
+    def fences(self) -> dict[str, int]:
+        return {lease.name: lease.fence for lease in self.leases}
+
+    @property
+    def lost(self) -> bool:
+        return any(lease.lost for lease in self.leases)
+
+    @property
+    def lost_reason(self) -> str | None:
+        return next((lease.lost_reason for lease in self.leases if lease.lost), None)
+
+    def on_lost(self, callback: LostCallback) -> None:
+        """Call ``callback(lease)`` with the first part lease found lost."""
+        for lease in self.leases:
+            lease.on_lost(callback)

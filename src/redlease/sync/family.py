@@ -8,14 +8,13 @@ from typing import Any
 
 from redlease.core.claims import SharedClaim
 from redlease.core.family import (
-    MultiLease,
     MultiLockBase,
     ReadLockBase,
     SemaphoreBase,
     WriteLockBase,
 )
 from redlease.core.hooks import ACQUIRED, ERROR, TIMEOUT
-from redlease.core.lease import Lease, ReleaseOutcome
+from redlease.core.lease import Lease, MultiLease, ReleaseOutcome
 from redlease.core.multi import multi_acquire_flow
 from redlease.core.ops import RunScript
 from redlease.core.owner import Owner
@@ -216,7 +215,7 @@ class MultiLock(MultiLockBase[Engine]):
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        held = self._held.get(self._owner())
+        held = self._holding(self._owner())
         outcome = self.release()
         if (
             held is not None
