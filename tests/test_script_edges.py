@@ -303,3 +303,39 @@ def make_family_locks(make_locks, flavor) -> Any:
         return Runner(await make_locks())
 
     return make
+
+
+@pytest.mark.parametrize("found", ["string", "hash"])
+async def test_the_family_inspections_name_a_foreign_value(
+    make_family_locks, server, prefix, found
+):
+    """Every call of a semaphore or a latch, the ones that only look included, answers a
+    foreign value at one of its keys with WrongKeyType, and leaves the value as found."""
+    locks = await make_family_locks()
+    holders, count = f"{prefix}:{{slots}}:holders", f"{prefix}:{{done}}:count"
+    for key in (holders, count):
+        if found == "string":
+            server.set(key, "abc")
+        else:
+            server.hset(key, "field", "value")
+    semaphore, latch = locks.semaphore("slots", permits=2), locks.latch("done")
+    calls = [
+        (semaphore.available, ()),
+        (latch.count, ()),
+        (latch.wait, (0.2,)),
+        (latch.count_down, ()),
+        (latch.try_set_count, (3,)),
+    ]
+    for call, args in calls:
+        with pytest.raises(redlease.WrongKeyType) as raised:
+            await locks.run(call, *args)
+        assert raised.value.key in (holders, count), call
+    assert server.type(holders) == server.type(count) == found
+    if found == "string":
+        assert server.get(count) == "abc"
+
+
+async def test_a_multi_lock_names_a_bad_name_before_it_sorts_them(make_family_locks):
+    locks = await make_family_locks()
+    with pytest.raises(redlease.InvalidName):
+        locks.multi_lock(["ok", 123])

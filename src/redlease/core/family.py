@@ -186,12 +186,12 @@ class MultiLockBase(LeasedBase[LocksT]):
     _kind = "multi"
 
     def __init__(self, locks: LocksT, names: Iterable[str], **options: object) -> None:
-        names = sorted(set(_names(names)))
-        if not names:
+        keys = {checked.name: checked for checked in map(locks._keys_for, _names(names))}
+        if not keys:
             raise InvalidArgument("a multi-lock needs at least one lock name")
-        super().__init__(locks, names[0], **options)  # type: ignore[arg-type]
-        self._all_keys: list[LockKeys] = [locks._keys_for(name) for name in names]
-        self.name = "+".join(names)
+        self._all_keys: list[LockKeys] = [keys[name] for name in sorted(keys)]
+        super().__init__(locks, self._all_keys[0].name, **options)  # type: ignore[arg-type]
+        self.name = "+".join(sorted(keys))
 
     def _holding(self, owner: Hashable) -> MultiLease | None:
         """What ``owner`` holds of this set of names: kept by the client, like a lock's

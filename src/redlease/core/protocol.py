@@ -307,9 +307,17 @@ def extend_flow(claim: Claim, ttl_ms: int, clock: Clock) -> Flow:
 def call_flow(operation: RunScript, keys: LockKeys, action: str) -> Flow:
     """One script call whose reply is the answer (inspection, downgrade, count-down)."""
     try:
-        return (yield operation)
+        reply = yield operation
     except NETWORK_ERRORS as exc:
         raise unavailable(keys, action, exc) from exc
+    return _answer(operation, reply)
+
+
+def _answer(operation: RunScript, reply: object) -> object:
+    """A script's reply, unless it is ``{-1, type, key index}``: another program's value."""
+    if isinstance(reply, list) and reply and int(reply[0]) == -1:
+        raise _foreign(operation, reply)
+    return reply
 
 
 def release_reason(code: int) -> str | None:
@@ -339,6 +347,7 @@ EXPECTED_TYPES = {
         "string with an expiry (a writer)",
         "list (a queue)",
     ),
+    ScriptName.COUNTDOWN: ("integer string (a count)",),
 }
 
 
@@ -373,7 +382,7 @@ def latch_wait_flow(
     deadline = math.inf if timeout is None else clock() + timeout
     subscribed = False
     while True:
-        if int((yield operation)) <= 0:
+        if int(_answer(operation, (yield operation))) <= 0:  # type: ignore[call-overload]
             return True
         remaining = deadline - clock()
         if remaining <= 0:

@@ -3,8 +3,19 @@
 -- ARGV[2] the count to set; ARGV[3] 'publish' or 'spublish'; ARGV[4] the channel waiters
 -- listen on; ARGV[5] ttl in ms of the count (0 = none)
 -- set returns 1 if the count was set, 0 if a count already exists; down returns the count
--- left (never below 0); get returns the count (0 when none is set: nothing to wait for).
+-- left (never below 0); get returns the count (0 when none is set: nothing to wait for);
+-- every op returns {-1, type, 1} when KEYS[1] holds another program's value (another type,
+-- or a string that is no integer), and leaves it as found.
 local op = ARGV[1]
+local found = redis.call('type', KEYS[1]).ok
+if found ~= 'none' then
+  if found ~= 'string' then
+    return {-1, found, 1}
+  end
+  if not string.match(redis.call('get', KEYS[1]), '^%-?%d+$') then
+    return {-1, 'string that is not an integer', 1}
+  end
+end
 if op == 'set' then
   local ok
   if tonumber(ARGV[5]) > 0 then
