@@ -11,6 +11,7 @@ still renews them with one worker and a handful of round trips.
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 import sys
 import threading
@@ -21,6 +22,7 @@ from typing import Any
 
 import pytest
 import redis
+import redis.asyncio
 
 import redlease
 from conftest import (
@@ -306,3 +308,39 @@ async def test_release_retried_after_a_lost_reply_gets_the_same_answer(
         "the retry must not free the new lease"
     )
     assert await successor.owned()
+
+
+@pytest.mark.timeout(30)
+async def test_an_async_on_lost_callback_that_raises_is_logged_like_a_sync_one(
+    redlease_url, prefix, caplog
+):
+    """observability.md: a callback given to ``on_lost`` that raises is logged at ERROR with
+    its traceback; an ``async def`` one runs on the loop later, and is logged the same way."""
+
+    async def failing(lease: Lease) -> None:
+        await asyncio.sleep(0)
+        raise ValueError("the async callback failed")
+
+    def failing_sync(lease: Lease) -> None:
+        raise ValueError("the sync callback failed")
+
+    caplog.set_level(logging.ERROR, logger="redlease")
+    async with redlease.AsyncLocks(redlease_url, prefix=prefix) as locks:
+        lock = locks.lock("callbacks")
+        with pytest.raises(redlease.LeaseLost):
+            async with lock as lease:
+                lease.on_lost(failing)
+                lease.on_lost(failing_sync)
+                async with redis.asyncio.Redis.from_url(redlease_url) as admin:
+                    await admin.delete(lock.keys.lease)
+        await asyncio.sleep(0.1)
+    logged = [
+        record
+        for record in caplog.records
+        if record.name == "redlease"
+        and "on_lost callback of lock 'callbacks' raised" in record.message
+    ]
+    assert sorted(str(record.exc_info[1]) for record in logged if record.exc_info) == [
+        "the async callback failed",
+        "the sync callback failed",
+    ]

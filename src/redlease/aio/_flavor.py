@@ -288,9 +288,17 @@ def fire(lease: Lease, callbacks: list[LostCallback]) -> None:
     """Run lost-lease callbacks; coroutine callbacks are scheduled on the running loop."""
     for result in run_callbacks(callbacks, lease):
         if inspect.isawaitable(result):
-            task = asyncio.ensure_future(result)
+            task = asyncio.ensure_future(_logging_errors(result, lease.name))
             _background.add(task)
             task.add_done_callback(_background.discard)
+
+
+async def _logging_errors(callback_run: Awaitable[object], name: str) -> None:
+    """Await an ``async def`` on_lost callback, logging its error as a sync one's is."""
+    try:
+        await callback_run
+    except Exception:
+        logger.exception("on_lost callback of lock %r raised", name)
 
 
 def wrap_locked(function: F, lock_for: Callable[..., Any]) -> F:
