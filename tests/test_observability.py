@@ -165,6 +165,20 @@ def test_semaphore_permits_are_held_one_by_one(redlease_url, prefix, registry):
     assert sample(registry, "redlease_release_total", kind="semaphore", outcome="released") == 2
 
 
+def test_a_multi_lock_holds_one_lease_per_part(redlease_url, prefix, registry):
+    """One acquisition, a lease per name: each is held, released and timed on its own,
+    under the acquisition's labels, so the gauge returns to zero, names labelled or not."""
+    hooks = PrometheusHooks(registry, name_label=lambda name: name[:1])
+    with redlease.Locks(redlease_url, prefix=prefix, hooks=hooks) as locks:
+        with locks.multi_lock(["a1", "a2", "a3"]):
+            assert sample(registry, "redlease_held", kind="multi", name="a") == 3
+    assert sample(registry, "redlease_held", kind="multi", name="a") == 0
+    acquired = {"kind": "multi", "outcome": "acquired", "name": "a"}
+    assert sample(registry, "redlease_acquire_total", **acquired) == 1
+    released = {"kind": "multi", "outcome": "released", "name": "a"}
+    assert sample(registry, "redlease_release_total", **released) == 3
+
+
 async def test_names_are_labels_only_through_name_label(make_locks, registry):
     hooks = PrometheusHooks(registry, name_label=lambda name: name.split(":")[0])
     locks = await make_locks(hooks=hooks)
@@ -295,6 +309,21 @@ async def test_acquire_and_release_spans(make_locks, exporter, tracer_provider):
     assert acquire.instrumentation_scope is not None
     assert acquire.instrumentation_scope.name == "redlease"
     assert acquire.instrumentation_scope.version == redlease.__version__
+
+
+async def test_every_part_of_a_multi_lock_links_to_its_acquire_span(
+    redlease_url, prefix, exporter, tracer_provider
+):
+    hooks = OpenTelemetryHooks(tracer_provider)
+    async with redlease.AsyncLocks(redlease_url, prefix=prefix, hooks=hooks) as locks:
+        async with locks.multi_lock(["a", "b"]):
+            pass
+
+    (acquire,) = spans(exporter, "redlease.acquire")
+    releases = spans(exporter, "redlease.release")
+    assert sorted(span.attributes["redlease.name"] for span in releases) == ["a", "b"]  # type: ignore[index]
+    for release in releases:
+        assert [link.context.span_id for link in release.links] == [acquire.context.span_id]
 
 
 async def test_timeout_is_an_outcome_not_an_error(make_locks, exporter, tracer_provider):

@@ -175,7 +175,9 @@ class PrometheusHooks(Hooks):
         self._metrics = _metrics(
             self.registry, prefix, name_label is not None, wait_buckets, hold_buckets
         )
-        self._kinds: weakref.WeakKeyDictionary[Lease, str] = weakref.WeakKeyDictionary()
+        self._kinds: weakref.WeakKeyDictionary[Lease, tuple[str, tuple[str, ...]]] = (
+            weakref.WeakKeyDictionary()
+        )
         """Leases seen acquired and not yet released, with their kind (``lost`` lacks it)."""
         self._guard = threading.Lock()
 
@@ -191,10 +193,11 @@ class PrometheusHooks(Hooks):
             return
         labels = self._labels(event.name, event.kind)
         metrics.acquire_wait.labels(*labels).observe(max(event.wait_seconds, 0.0))
-        if event.lease is not None:
+        if event.leases:
             with self._guard:
-                self._kinds[event.lease] = event.kind
-            metrics.held.labels(*labels).inc()
+                for lease in event.leases:
+                    self._kinds[lease] = (event.kind, labels)
+            metrics.held.labels(*labels).inc(len(event.leases))
 
     def released(
         self, lease: Lease, kind: str, outcome: ReleaseOutcome, hold_seconds: float
@@ -204,9 +207,9 @@ class PrometheusHooks(Hooks):
         metrics.release_total.labels(*self._labels(lease.name, kind, outcome.value)).inc()
         metrics.hold.labels(*labels).observe(max(hold_seconds, 0.0))
         with self._guard:
-            counted = self._kinds.pop(lease, None) is not None
-        if counted:
-            metrics.held.labels(*labels).dec()
+            counted = self._kinds.pop(lease, None)
+        if counted is not None:
+            metrics.held.labels(*counted[1]).dec()
 
     def renewed(self, kept: int, lost: int) -> None:
         if kept:
@@ -216,5 +219,5 @@ class PrometheusHooks(Hooks):
 
     def lost(self, lease: Lease) -> None:
         with self._guard:
-            kind = self._kinds.get(lease, UNKNOWN_KIND)
+            kind = self._kinds.get(lease, (UNKNOWN_KIND,))[0]
         self._metrics.lost_total.labels(*self._labels(lease.name, kind)).inc()

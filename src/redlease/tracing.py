@@ -75,9 +75,10 @@ class OpenTelemetryHooks(Hooks):
         if event.lease is not None:
             span.set_attribute("redlease.fence", event.lease.fence)
             span.set_attribute("redlease.ttl_ms", event.lease.ttl_ms)
-            if event.outcome == ACQUIRED:
-                with self._guard:
-                    self._acquired[event.lease] = span.get_span_context()
+        if event.outcome == ACQUIRED:
+            with self._guard:
+                for lease in event.leases:
+                    self._acquired[lease] = span.get_span_context()
         if event.outcome == ERROR:
             if event.error is not None:
                 span.record_exception(event.error)

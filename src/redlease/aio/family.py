@@ -198,7 +198,7 @@ class AsyncMultiLock(MultiLockBase[AsyncEngine]):
         if held is None:
             self._observe(request, TIMEOUT)
             raise LockTimeout(self.name, request.timeout if request.blocking else 0)
-        self._observe(request, ACQUIRED, held.leases[0])
+        self._observe(request, ACQUIRED, held.leases[0], parts=tuple(held.leases))
         return held
 
     async def release(self) -> ReleaseOutcome:

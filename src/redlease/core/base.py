@@ -95,12 +95,13 @@ class LeasedBase(Generic[LocksT]):
         outcome: str,
         lease: Lease | None = None,
         error: BaseException | None = None,
+        parts: tuple[Lease, ...] = (),
     ) -> None:
         hooks = self._locks._hooks
         if is_silent(hooks):
             return
         wait = self._locks._clock() - request.started_at
-        event = AcquireEvent(self.name, self._kind, outcome, wait, lease, error)
+        event = AcquireEvent(self.name, self._kind, outcome, wait, lease, error, parts)
         hooks.acquire_finished(request.observation, event)
 
     def _lease(self, owner: Owner, grant: Grant) -> Lease:

@@ -32,7 +32,15 @@ class AcquireEvent:
     outcome: str
     wait_seconds: float
     lease: Lease | None = None
+    """The lease granted (a multi-lock's first part)."""
     error: BaseException | None = None
+    leases: tuple[Lease, ...] = ()
+    """Every lease the acquisition granted: ``(lease,)``, or a multi-lock's parts in name
+    order; each is released (and may be lost) on its own."""
+
+    def __post_init__(self) -> None:
+        if self.lease is not None and not self.leases:
+            object.__setattr__(self, "leases", (self.lease,))
 
 
 class Hooks:
