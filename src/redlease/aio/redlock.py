@@ -33,7 +33,6 @@ from redlease.core.protocol import (
     TAKEN_OVER,
     Clock,
     Grant,
-    acquire_error,
     alive,
     refused,
 )
@@ -53,6 +52,7 @@ from redlease.core.redlock import (
     validity_ms,
 )
 from redlease.core.renewal import renewal_answers, renewal_calls
+from redlease.core.replies import acquire_error
 from redlease.core.withdrawal import LATE_COMMAND_S
 from redlease.errors import InvalidArgument, LeaseLost, LockError, LockTimeout
 from redlease.keys import DEFAULT_PREFIX

@@ -25,11 +25,10 @@ from redlease.core.protocol import (
     Flow,
     acquire_flow,
     extend_flow,
-    fence_error,
     release_flow,
-    text_of,
     unavailable,
 )
+from redlease.core.replies import fence_error, text_of
 from redlease.errors import WrongKeyType
 from redlease.keys import LockKeys
 from redlease.scripts import ScriptName

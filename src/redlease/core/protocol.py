@@ -17,13 +17,12 @@ from redlease.compat import AuthenticationErrors, ConnectionErrors, TimeoutError
 from redlease.core.lease import local_deadline
 from redlease.core.ops import Claim, Operation, RunScript, Subscribe, Wait
 from redlease.core.replication import ReplicaShortfall
+from redlease.core.replies import fence_error, foreign_value, script_answer, text_of
 from redlease.errors import (
     AuthenticationFailed,
-    FenceExhausted,
     LockError,
     ServerRefused,
     ServerUnavailable,
-    WrongKeyType,
 )
 from redlease.keys import LockKeys
 from redlease.scripts import ScriptName
@@ -194,7 +193,7 @@ def _attempt(claim: Claim, queue: str, clock: Clock) -> Flow:
         yield from give_back(claim)
         return None
     if status == -1:
-        raise _foreign(operation, reply)
+        raise foreign_value(operation, reply)
     if status == -2:
         raise fence_error(claim.keys, text_of(value))
     return Refusal(int(value) / 1000 + EXPIRY_SLACK_S, ServerAnchor(sent_at, int(reply[2])))
@@ -310,14 +309,7 @@ def call_flow(operation: RunScript, keys: LockKeys, action: str) -> Flow:
         reply = yield operation
     except NETWORK_ERRORS as exc:
         raise unavailable(keys, action, exc) from exc
-    return _answer(operation, reply)
-
-
-def _answer(operation: RunScript, reply: object) -> object:
-    """A script's reply, unless it is ``{-1, type, key index}``: another program's value."""
-    if isinstance(reply, list) and reply and int(reply[0]) == -1:
-        raise _foreign(operation, reply)
-    return reply
+    return script_answer(operation, reply)
 
 
 def release_reason(code: int) -> str | None:
@@ -329,52 +321,6 @@ def release_reason(code: int) -> str | None:
     return "the lease had expired (or was deleted) before the release"
 
 
-def fence_error(keys: LockKeys, message: str) -> Exception:
-    if "overflow" in message:
-        return FenceExhausted(
-            f"fencing counter {keys.fence!r} of lock {keys.name!r} is at its maximum; "
-            "no further grant can carry a larger token"
-        )
-    if "vanished" in message:
-        return WrongKeyType(keys.fence, "nothing (it was deleted)", "integer counter")
-    return WrongKeyType(keys.fence, message, "integer counter")
-
-
-EXPECTED_TYPES = {
-    ScriptName.ACQUIRE: ("string with an expiry (a lease)", "integer counter", "list (a queue)"),
-    ScriptName.SHARED: (
-        "sorted set (the holders)",
-        "string with an expiry (a writer)",
-        "list (a queue)",
-    ),
-    ScriptName.COUNTDOWN: ("integer string (a count)",),
-}
-
-
-def acquire_error(operation: RunScript, keys: LockKeys, reply: object) -> Exception | None:
-    """The typed error an acquire reply stands for (another program's value at a key, a
-    fence counter that gives no token), or ``None`` for a grant or a refusal."""
-    if not isinstance(reply, list) or not reply:
-        return None
-    status = int(reply[0])
-    if status == -1:
-        return _foreign(operation, reply)
-    if status == -2:
-        return fence_error(keys, text_of(reply[1]))
-    return None
-
-
-def _foreign(operation: RunScript, reply: list[Any]) -> WrongKeyType:
-    """The error for a ``{-1, type, key index}`` reply: another program's value is there."""
-    index = int(reply[2]) if len(reply) > 2 else 1
-    expected = EXPECTED_TYPES.get(operation.script, ("lease",) * 3)[index - 1]
-    return WrongKeyType(operation.keys[index - 1], text_of(reply[1]), expected)
-
-
-def text_of(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def latch_wait_flow(
     operation: RunScript, channel: str, timeout: float | None, clock: Clock
 ) -> Flow:
@@ -382,7 +328,7 @@ def latch_wait_flow(
     deadline = math.inf if timeout is None else clock() + timeout
     subscribed = False
     while True:
-        if int(_answer(operation, (yield operation))) <= 0:  # type: ignore[call-overload]
+        if int(script_answer(operation, (yield operation))) <= 0:  # type: ignore[call-overload]
             return True
         remaining = deadline - clock()
         if remaining <= 0:
