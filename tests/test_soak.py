@@ -173,6 +173,17 @@ def test_overlaps_tell_a_lapsed_lease_from_two_live_ones() -> None:
     assert (counts["inside"], counts["live_lease"], expired.overlaps) == (1, 0, 1)
 
 
+def test_a_paused_holder_never_hides_two_live_leases_behind_it() -> None:
+    """a is paused in its section long past its deadline; b then c are granted while it
+    sleeps, c inside b's lease: that pair is two live holders, whoever else still runs."""
+    paused = _held("a", 0.0, 10.0, 0.5)
+    first, second = _held("b", 1.0, 2.5, 3.0), _held("c", 2.0, 3.0, 4.0)
+    counts = split_overlaps({0: [paused, first, second]}, [])
+    assert counts["live_lease"] == 1
+    assert counts["outside"] == 2
+    assert counts["outside_after_deadline"] == 1
+
+
 def test_lock_keys_are_told_apart_by_kind() -> None:
     assert key_kind("p:{n001}", "p") == "lease"
     assert key_kind("p:{n001}:fence", "p") == "fence"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -81,7 +81,7 @@ def split_overlaps(
     expiries = [w for i, w in zip(injections, windows, strict=True) if i.kind == "pexpire"]
     counts = dict.fromkeys(OVERLAP_KEYS, 0)
     for sections in by_name.values():
-        for earlier, later in overlap_pairs(sections):
+        for earlier, later in overlap_pairs(sections, rank=lambda s: s.deadline):
             inside = _touches(windows, earlier, later)
             accepted = earlier.fenced == later.fenced == "accepted"
             lapsed = later.acquired >= earlier.deadline
@@ -109,26 +109,23 @@ def overruns(by_name: dict[int, list[SoakSection]], injections: list[Injection])
     return {"count": len(late), "longest_s": round(max(late), 2) if late else None}
 
 
-def overlap_pairs(sections: Sequence[S]) -> Iterator[tuple[S, S]]:
-    """For each section (sorted by grant) that starts before an earlier-starting section
-    of another worker has ended, that pair (the other being the one that ends last).
+def overlap_pairs(
+    sections: Sequence[S], rank: Callable[[S], float] = lambda s: s.ended or 0.0
+) -> Iterator[tuple[S, S]]:
+    """For each section (sorted by grant) that starts while a section of another worker is
+    still running, one pair: with the running one that ranks highest (by default the one
+    that ends last; the soak ranks by lease deadline, so that a pair inside both leases is
+    never hidden behind a paused holder whose lease ran out long ago).
 
-    Linear: it keeps the latest-ending section of the two workers that end latest.
+    The lock keeps the running sections few (one, but for faults), so this stays linear.
     """
-    best: S | None = None
-    second: S | None = None  # the latest end among the workers other than best's
+    running: list[S] = []
     for section in sections:
-        other = second if best is not None and best.worker == section.worker else best
-        if other is not None and (other.ended or 0.0) > section.acquired:
-            yield other, section
-        end = section.ended or 0.0
-        if best is None or best.worker == section.worker:
-            if best is None or end > (best.ended or 0.0):
-                best = section
-        elif end > (best.ended or 0.0):
-            best, second = section, best
-        elif second is None or end > (second.ended or 0.0):
-            second = section
+        running = [other for other in running if (other.ended or 0.0) > section.acquired]
+        others = [other for other in running if other.worker != section.worker]
+        if others:
+            yield max(others, key=rank), section
+        running.append(section)
 
 
 def _touches(windows: list[tuple[float, float]], earlier: Section, later: Section) -> bool:
