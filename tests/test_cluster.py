@@ -348,6 +348,48 @@ async def test_clients_recover_after_their_slots_master_crashes(
         await asyncio.to_thread(cluster.wait_until_ok, 20)
 
 
+@pytest.mark.timeout(150)
+async def test_waiters_are_handed_the_lock_after_their_slots_master_crashes(
+    make_cluster_locks, cluster, prefix, round_trip
+):
+    """The waiter's wake-up channel moves to the promoted replica with its slot: the
+    release after the crash hands it the lock within round trips, and so does the next one
+    (not at the holder's TTL, as when the channel stayed behind on the dead node)."""
+    key = f"{prefix}:{{wages}}"
+    crashed = cluster.master_for_key(key)
+    holder, waiting, lease, waiter = await held_with_a_waiter(
+        make_cluster_locks, "wages", 30, 60, {"ttl": 30}
+    )
+    with node_client(crashed) as client:
+        assert client.wait(1, 2000) == 1, "the replica has the grant and the queue"
+    cluster.kill(crashed)
+    try:
+        await asyncio.to_thread(cluster.wait_until_ok, 30)
+        assert cluster.master_for_key(key) is not crashed
+        bound = allowing(round_trip, quiet=3.0)
+        waiters = [waiter]
+        for turn in range(3):
+            if turn:
+                waiters.append(
+                    asyncio.create_task(
+                        waiting.lock("wages", owner="w", ttl=30).acquire(timeout=60)
+                    )
+                )
+                await asyncio.sleep(bound / 3)  # queued behind the holder
+            released_at = time.monotonic()
+            assert await holder.lock("wages").release() is ReleaseOutcome.RELEASED
+            handed = await asyncio.wait_for(waiters[-1], 40)
+            waited = time.monotonic() - released_at
+            assert waited < bound, f"hand-off {turn} took {waited:.2f} s after the crash"
+            assert await waiting.lock("wages", owner="w").release() is ReleaseOutcome.RELEASED
+            await holder.lock("wages", ttl=30).acquire(timeout=10)
+        await holder.lock("wages").release()
+        assert handed.fence > lease.fence
+    finally:
+        crashed.restart()
+        await asyncio.to_thread(cluster.wait_until_ok, 20)
+
+
 async def test_a_multi_lock_keeps_the_parts_it_holds_alive_while_it_waits_for_the_rest(
     make_cluster_locks, cluster, prefix
 ):

@@ -336,13 +336,13 @@ class AsyncNotifier:
         for channel in channels:
             name, connect, _ = await node_of(self._client, channel)
             async with self._guard:
-                if not self._book.is_subscribed(channel):
-                    continue
                 old = self._link_of.get(channel)
-                if old is not None:
-                    old.channels.discard(channel)
+                if not self._book.is_subscribed(channel) or (old is not None and old.name == name):
+                    continue  # the slot has no new owner yet: the channel stays where it is
                 link = await self._linked(name, connect)
                 await link.connection.send_command(commands.subscribe, channel)
+                if old is not None:
+                    old.channels.discard(channel)
                 link.channels.add(channel)
                 self._link_of[channel] = link
 
@@ -350,7 +350,9 @@ class AsyncNotifier:
         """Reconnect with bounded backoff, resubscribe, and wake everyone to try again.
 
         On a cluster a node that stays down gives its channels to the nodes that own their
-        slots now (after a failover, the promoted replica).
+        slots now (after a failover, the promoted replica), and their waiters try again: a
+        release there before the move found nobody listening and skipped them. The dead
+        node cannot grant anything meanwhile, unlike a demoted one (see :meth:`_rehome`).
         """
         for delay in RECONNECT_DELAYS:
             async with self._guard:
@@ -359,12 +361,20 @@ class AsyncNotifier:
                 if await link.resubscribed(await self._commands()):
                     self._wake(link.channels)
                     return True
+            moving = set(link.channels)
             if link.name not in (MAIN_LINK, SENTINEL_LINK) and await self._moved_away(link):
+                async with self._guard:
+                    self._wake(moving)  # a release while they moved found no one listening
                 return False
             await sleep(delay)
         async with self._guard:
             link.connection = None
+            for channel in link.channels:  # subscribed again by the next waiter on it
+                self._confirmed.pop(channel, None)
+                self._link_of.pop(channel, None)
+                self._book.forget(channel)
             self._wake(link.channels)
+            link.channels.clear()
         return False
 
     async def _moved_away(self, link: AsyncLink) -> bool:

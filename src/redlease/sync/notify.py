@@ -335,13 +335,13 @@ class Notifier:
         for channel in channels:
             name, connect, _ = node_of(self._client, channel)
             with self._guard:
-                if not self._book.is_subscribed(channel):
-                    continue
                 old = self._link_of.get(channel)
-                if old is not None:
-                    old.channels.discard(channel)
+                if not self._book.is_subscribed(channel) or (old is not None and old.name == name):
+                    continue  # the slot has no new owner yet: the channel stays where it is
                 link = self._linked(name, connect)
                 link.connection.send_command(commands.subscribe, channel)
+                if old is not None:
+                    old.channels.discard(channel)
                 link.channels.add(channel)
                 self._link_of[channel] = link
 
@@ -349,7 +349,9 @@ class Notifier:
         """Reconnect with bounded backoff, resubscribe, and wake everyone to try again.
 
         On a cluster a node that stays down gives its channels to the nodes that own their
-        slots now (after a failover, the promoted replica).
+        slots now (after a failover, the promoted replica), and their waiters try again: a
+        release there before the move found nobody listening and skipped them. The dead
+        node cannot grant anything meanwhile, unlike a demoted one (see :meth:`_rehome`).
         """
         for delay in RECONNECT_DELAYS:
             with self._guard:
@@ -358,12 +360,20 @@ class Notifier:
                 if link.resubscribed(self._commands()):
                     self._wake(link.channels)
                     return True
+            moving = set(link.channels)
             if link.name not in (MAIN_LINK, SENTINEL_LINK) and self._moved_away(link):
+                with self._guard:
+                    self._wake(moving)  # a release while they moved found no one listening
                 return False
             sleep(delay)
         with self._guard:
             link.connection = None
+            for channel in link.channels:  # subscribed again by the next waiter on it
+                self._confirmed.pop(channel, None)
+                self._link_of.pop(channel, None)
+                self._book.forget(channel)
             self._wake(link.channels)
+            link.channels.clear()
         return False
 
     def _moved_away(self, link: Link) -> bool:
