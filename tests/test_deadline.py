@@ -231,3 +231,48 @@ async def test_a_release_sent_at_the_deadline_tells_the_holder_before_its_reply(
     finally:
         link.set()
         await call(flavor, locks.aclose if flavor == "async" else locks.close)
+
+
+async def test_a_block_whose_lease_was_lost_exits_with_lease_lost_at_once(
+    redlease_url, link, flavor
+):
+    """Once the lease is lost, its release can only tidy up: the block ends at once with
+    LeaseLost, not when a release to an unreachable server gives up (never, without a
+    socket timeout)."""
+    prefix = f"exitlost{os.getpid()}{flavor}"
+    locks = readme_client(flavor, link.port, prefix)
+    lock = locks.lock("audit", ttl=1)
+    body_ended: list[float] = []
+    told: list[float] = []
+
+    def on_lost(_: Any) -> None:
+        told.append(time.monotonic())
+
+    def hold_past_the_deadline() -> None:
+        with lock as lease:
+            lease.on_lost(on_lost)
+            link.set(mode=Mode.BLACKHOLE)
+            while not lease.lost:
+                time.sleep(0.001)
+            body_ended.append(time.monotonic())
+
+    async def hold_past_the_deadline_async() -> None:
+        async with lock as lease:
+            lease.on_lost(on_lost)
+            link.set(mode=Mode.BLACKHOLE)
+            while not lease.lost:  # noqa: ASYNC110 - the lease's own clock turns it
+                await asyncio.sleep(0.001)
+            body_ended.append(time.monotonic())
+
+    try:
+        with pytest.raises(redlease.LeaseLost):
+            if flavor == "async":
+                await hold_past_the_deadline_async()
+            else:
+                await asyncio.to_thread(hold_past_the_deadline)
+        exited = time.monotonic() - body_ended[0]
+        assert exited < SCHEDULING_SLACK_S, f"the block ended {exited:.2f} s after its body"
+        assert told, "on_lost did not run"
+    finally:
+        link.set()
+        await call(flavor, locks.aclose if flavor == "async" else locks.close)

@@ -16,7 +16,7 @@ import pytest
 import redis
 
 import redlease
-from conftest import fence_key, token_in
+from conftest import eventually, fence_key, token_in
 from redlease import ReleaseOutcome
 
 HOLDER = str(Path(__file__).with_name("holder.py"))
@@ -77,7 +77,8 @@ async def test_an_expired_holder_cannot_delete_the_next_holders_lock(make_locks,
 
     assert await slow.release() is ReleaseOutcome.EXPIRED
     assert stale.lost
-    assert "taken over" in (stale.lost_reason or "")
+    # told at once by its deadline; the release's answer then names the cause
+    assert await eventually(lambda: "taken over" in (stale.lost_reason or ""), 5)
     assert await fast.owned()
     assert token_in(server.get(f"{prefix}:{{report}}")) == current.token
     await fast.release()

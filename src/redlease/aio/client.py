@@ -1,11 +1,17 @@
 """What both clients of the asyncio flavour share (the sync twin is generated): a renewal
-worker woken by every new or rescheduled lease, and closing as a context manager."""
+worker woken by every new or rescheduled lease, closing as a context manager, and the
+redis-py client a URL names."""
 
 from __future__ import annotations
 
 from typing import TypeVar
 
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+
+from redlease.aio._flavor import ASYNCIO
 from redlease.aio.renewer import AsyncRenewer
+from redlease.compat import check_client, from_url
 from redlease.core.client_state import LocksBase
 from redlease.core.lease import Lease
 
@@ -35,3 +41,13 @@ class AsyncClient(LocksBase):
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+
+def redis_client(client: Redis | RedisCluster | str, cluster: bool) -> Redis | RedisCluster:
+    """``client`` itself once checked, or the client its URL names."""
+    if not isinstance(client, str):
+        check_client(client, asyncio=ASYNCIO)
+        return client
+    if cluster:
+        return from_url(RedisCluster.from_url, client)
+    return from_url(Redis.from_url, client)

@@ -132,14 +132,19 @@ class LeasedBase(Generic[LocksT]):
         self._observe(request, ACQUIRED, lease)
         return lease
 
-    def _finish_release(self, lease: Lease, code: int) -> tuple[ReleaseOutcome, list[LostCallback]]:
+    def _finish_release(
+        self, lease: Lease, code: int, *, pending: bool = False
+    ) -> tuple[ReleaseOutcome, list[LostCallback]]:
+        """The release's outcome, reported to the hooks, and the callbacks of a lease it
+        found lost; ``pending``: a lost lease whose release still goes on in the background
+        (its answer may name the cause better than the deadline)."""
         self._locks._note_release(lease._claim.keys.lease, code)
         reason = release_reason(code)
         outcome = ReleaseOutcome.RELEASED if reason is None else ReleaseOutcome.EXPIRED
         hooks = self._locks._hooks
         if not is_silent(hooks):
             hooks.released(lease, self._kind, outcome, self._locks._clock() - lease.acquired_at)
-        return outcome, [] if reason is None else lease._mark_lost(reason)
+        return outcome, [] if reason is None or pending else lease._mark_lost(reason)
 
     def _finish_extend(
         self,

@@ -1,13 +1,19 @@
 # Generated from redlease/aio/client.py by tools/unasync.py; edit that file instead.
 """What both clients of the sync flavour share (the sync twin is generated): a renewal
-worker woken by every new or rescheduled lease, and closing as a context manager."""
+worker woken by every new or rescheduled lease, closing as a context manager, and the
+redis-py client a URL names."""
 
 from __future__ import annotations
 
 from typing import TypeVar
 
+from redis import Redis
+from redis.cluster import RedisCluster
+
+from redlease.compat import check_client, from_url
 from redlease.core.client_state import LocksBase
 from redlease.core.lease import Lease
+from redlease.sync._flavor import ASYNCIO
 from redlease.sync.renewer import Renewer
 
 ClientT = TypeVar("ClientT", bound="Client")
@@ -36,3 +42,13 @@ class Client(LocksBase):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def redis_client(client: Redis | RedisCluster | str, cluster: bool) -> Redis | RedisCluster:
+    """``client`` itself once checked, or the client its URL names."""
+    if not isinstance(client, str):
+        check_client(client, asyncio=ASYNCIO)
+        return client
+    if cluster:
+        return from_url(RedisCluster.from_url, client)
+    return from_url(Redis.from_url, client)

@@ -19,7 +19,7 @@ from typing import Any
 from redis import Redis
 from redis.cluster import RedisCluster
 
-from redlease.compat import ResponseErrors, check_client, from_url, narrow_encoding
+from redlease.compat import ResponseErrors, narrow_encoding
 from redlease.core.base import LeasedBase
 from redlease.core.hooks import ERROR, Hooks, combine
 from redlease.core.lease import PAST_DEADLINE, Lease, ReleaseOutcome
@@ -27,6 +27,7 @@ from redlease.core.multi import one_slot
 from redlease.core.ops import Claim
 from redlease.core.owner import TokenFactory, random_token
 from redlease.core.protocol import (
+    EXPIRED,
     NETWORK_ERRORS,
     AcquireRequest,
     Clock,
@@ -35,6 +36,7 @@ from redlease.core.protocol import (
     acquire_flow,
     give_back,
     release_flow,
+    release_reason,
     unavailable,
 )
 from redlease.core.renewal import renewal_answers, renewal_calls
@@ -44,7 +46,6 @@ from redlease.core.withdrawal import LATE_COMMAND_S, withdrawal_pauses
 from redlease.errors import InvalidArgument, LockError, NotReplicated, ServerUnavailable
 from redlease.keys import DEFAULT_PREFIX, LockKeys, ttl_to_ms
 from redlease.sync._flavor import (
-    ASYNCIO,
     INTERRUPTIONS,
     Worker,
     current_loop,
@@ -55,7 +56,7 @@ from redlease.sync._flavor import (
     shielded,
     sleep,
 )
-from redlease.sync.client import Client
+from redlease.sync.client import Client, redis_client
 from redlease.sync.driver import run_flow
 from redlease.sync.notify import Notifier
 from redlease.sync.renewer import Renewer
@@ -88,7 +89,7 @@ class Engine(Client):
         super().__init__(prefix=prefix, clock=clock, token_factory=token_factory)
         self._owns_client = isinstance(client, str)
         self._url = client if isinstance(client, str) else None
-        self.client: Any = _client(client, cluster)
+        self.client: Any = redis_client(client, cluster)
         self._narrow_to(narrow_encoding(self.client))
         self._scripts = Scripts(self.client)
         self._notifier = Notifier(self.client, self._commands, clock, self._give_back_stray)
@@ -201,7 +202,7 @@ class Engine(Client):
                 "client, or its URL with cluster=True"
             )
         self.client.close()
-        self.client = _client(self._url, cluster=True)
+        self.client = redis_client(self._url, cluster=True)
         self._scripts = Scripts(self.client)
         self._notifier = Notifier(self.client, self._commands, self._clock, self._give_back_stray)
 
@@ -277,17 +278,27 @@ class Engine(Client):
     def _give_back(self, owner: LeasedBase[Any], lease: Lease) -> ReleaseOutcome:
         """Release a lease already taken off the books, and report how it ended.
 
+        A lease already lost (past its local deadline) is reported ``EXPIRED`` at once: its
+        holder is told now, and the release, which can no longer help it, is sent from the
+        background, so a stopped server does not hold up the end of a ``with`` block.
+
         The release runs inline (an asyncio shield would cost a task and two more loop turns
         on every release). Only an interrupted release (a cancellation, Ctrl-C) pays more: it
         is sent again in the background while the interruption goes on to the caller, and the
         release latch gives the retry the same answer if the first attempt landed.
         """
-        if lease.lost:  # past its deadline: tell the holder now, not when the reply comes
+        if lease.lost:  # past its deadline: the release can only tidy up, in the background
             fire(lease, lease._mark_lost(PAST_DEADLINE))
+            self._finish_in_background(lease._claim, lost=lease)
+            return owner._finish_release(lease, EXPIRED, pending=True)[0]
         try:
             code = self._drive(release_flow(lease._claim))
         except INTERRUPTIONS:
             self._finish_in_background(lease._claim)
+            raise
+        except LockError:
+            if lease.lost:  # the deadline passed while the release waited for the server
+                fire(lease, lease._mark_lost(PAST_DEADLINE))
             raise
         except ReplicaShortfall as short:
             logger.warning("release of %r: %s", lease.name, short)
@@ -297,19 +308,24 @@ class Engine(Client):
             fire(lease, callbacks)
         return outcome
 
-    def _finish_in_background(self, claim: Claim, *, withdraw: bool = False) -> None:
-        """Send an interrupted release (or withdrawal) again from a worker of its own."""
+    def _finish_in_background(
+        self, claim: Claim, *, withdraw: bool = False, lost: Lease | None = None
+    ) -> None:
+        """Send an interrupted release (or withdrawal, or a lost lease's release) again from
+        a worker of its own; the server's answer then says why ``lost`` was lost."""
         self._finishing = {worker for worker in self._finishing if worker.alive()}
         self._finishing.add(
-            Worker(lambda: self._release_again(claim, withdraw), "redlease-release")
+            Worker(lambda: self._release_again(claim, withdraw, lost), "redlease-release")
         )
 
-    def _release_again(self, claim: Claim, withdraw: bool) -> None:
+    def _release_again(self, claim: Claim, withdraw: bool, lost: Lease | None) -> None:
         try:
             if withdraw:
                 self._withdraw_late(claim)
             else:
-                self._drive(release_flow(claim))
+                reason = release_reason(self._drive(release_flow(claim)))
+                if lost is not None and reason is not None:
+                    lost._mark_lost(reason)  # more precise than the deadline; told already
         except (Exception, ReplicaShortfall):
             logger.debug("could not finish an interrupted release of %r", claim.keys.name)
 
@@ -378,12 +394,3 @@ class Engine(Client):
         self._notifier.close()
         if self._owns_client:
             self.client.close()
-
-
-def _client(client: Redis | RedisCluster | str, cluster: bool) -> Redis | RedisCluster:
-    if not isinstance(client, str):
-        check_client(client, asyncio=ASYNCIO)
-        return client
-    if cluster:
-        return from_url(RedisCluster.from_url, client)
-    return from_url(Redis.from_url, client)
