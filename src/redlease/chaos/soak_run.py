@@ -22,6 +22,7 @@ from typing import Any
 
 import redis
 
+from redlease.chaos.soak_board import HOLDING, Board, resources
 from redlease.chaos.soak_checks import (
     Injection,
     acquisitions,
@@ -35,7 +36,7 @@ from redlease.chaos.soak_checks import (
 )
 from redlease.chaos.soak_servers import Servers
 from redlease.chaos.soak_settings import SoakSettings, Target
-from redlease.chaos.soak_worker import HOLDING, Board, WorkerLog, lock_names, read_log, resources
+from redlease.chaos.soak_worker import WorkerLog, lock_names, read_log
 from redlease.keys import LockKeys
 
 FAULT_KINDS = ("kill", "sigstop", "pexpire", "stall")

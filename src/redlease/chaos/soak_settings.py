@@ -29,8 +29,10 @@ class SoakSettings:
 
     @property
     def warmup(self) -> int:
-        """Acquisitions before a worker's first RSS/fd sample."""
-        return max(1, min(200, self.acquisitions // 10))
+        """Acquisitions before a worker's first RSS/fd sample: a tenth, at most 200, and
+        at least one but always fewer than ``acquisitions`` (with one acquisition, none:
+        the sample comes after the worker has opened its connections)."""
+        return max(0, min(200, max(1, self.acquisitions // 10), self.acquisitions - 1))
 
 
 @dataclass

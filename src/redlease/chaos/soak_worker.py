@@ -28,10 +28,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import mmap
 import os
 import random
-import struct
 import sys
 import time
 from collections import Counter
@@ -43,6 +41,7 @@ from typing import IO, Any
 import redis
 
 from redlease.chaos.checks import Section
+from redlease.chaos.soak_board import HOLDING, IDLE, WAITING, Board, resources
 from redlease.core.lease import Lease, ReleaseOutcome
 from redlease.errors import FenceRejected, LockError, LockTimeout
 from redlease.fencing import RedisGuard
@@ -51,39 +50,13 @@ from redlease.sync.lock import Lock, Locks
 FLUSH_LINES = 64
 FLUSH_SECONDS = 1.0
 ERROR_PAUSE = 0.01
+WARM_UP_WAIT = 0.05  # the deliberate wait that opens the pub/sub connection
 SOCKET_TIMEOUT = 15.0  # outlasts a stalled server (DEBUG SLEEP 2 x TTL) without ambiguity
 
 # Section codes in the log: plain write, fenced write, release.
 WROTE, ERROR = "w", "e"
 ACCEPTED, REJECTED_CLAIM, REJECTED_SET = "a", "r", "R"
 RELEASE_CODES = {ReleaseOutcome.RELEASED: "r", ReleaseOutcome.EXPIRED: "x"}
-
-IDLE, WAITING, HOLDING = 0, 1, 2
-SLOT = struct.Struct("<ii")
-
-
-class Board:
-    """Per worker slot: ``(state, name index)`` in a shared file, read by the runner.
-
-    Plain memory writes through ``mmap``: no system call per state change.
-    """
-
-    def __init__(self, path: Path, slots: int, *, create: bool = False) -> None:
-        if create:
-            path.write_bytes(bytes(SLOT.size * slots))
-        self.slots = slots
-        with path.open("r+b") as stream:
-            self._map = mmap.mmap(stream.fileno(), SLOT.size * slots)
-
-    def set(self, slot: int, state: int, name: int) -> None:
-        SLOT.pack_into(self._map, slot * SLOT.size, state, name)
-
-    def get(self, slot: int) -> tuple[int, int]:
-        state, name = SLOT.unpack_from(self._map, slot * SLOT.size)
-        return int(state), int(name)
-
-    def close(self) -> None:
-        self._map.close()
 
 
 def data_keys(prefix: str, name: str) -> tuple[str, str]:
@@ -93,21 +66,6 @@ def data_keys(prefix: str, name: str) -> tuple[str, str]:
 
 def lock_names(count: int) -> list[str]:
     return [f"n{index:03d}" for index in range(count)]
-
-
-def resources() -> tuple[int, int]:
-    """This process's resident set (KiB, ``VmRSS``) and open file descriptors."""
-    rss = 0
-    with suppress(OSError), open("/proc/self/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                rss = int(line.split()[1])
-                break
-    try:
-        fds = len(os.listdir("/proc/self/fd")) - 1  # minus the one listdir itself opened
-    except OSError:
-        fds = -1
-    return rss, fds
 
 
 class Log:
@@ -264,6 +222,7 @@ class Worker:
         self.data = _client(args.data_url)
         self.guard = RedisGuard(self.data)
         self.names = lock_names(args.names)
+        self.locks_client = locks
         self.locks: list[Lock] = [
             locks.lock(name, ttl=args.ttl, renew=False) for name in self.names
         ]
@@ -278,10 +237,35 @@ class Worker:
             or os.getppid() != self.parent
         )
 
+    def open_connections(self) -> None:
+        """Open every connection the run will use before the warm-up sample.
+
+        The data client connects at its first command, and ``Locks`` subscribes only at
+        the first contended wait, which a worker may not meet during its warm-up: the fd
+        check would count those connections as a leak. So: a PING on the data client,
+        and one deliberate wait on a name of this worker's own (held by one owner, waited
+        for by another until a short timeout). Errors here are ignored: the run reports
+        its own.
+        """
+        with suppress(redis.RedisError):
+            self.data.ping()
+        name = f"warm-up-{self.args.worker}"
+        holder = self.locks_client.lock(name, ttl=max(self.args.ttl, 1.0), renew=False,
+                                        owner="warm-up holder")  # fmt: skip
+        waiter = self.locks_client.lock(name, ttl=self.args.ttl, renew=False,
+                                        owner="warm-up waiter")  # fmt: skip
+        with suppress(LockError, redis.RedisError):
+            if holder.try_acquire() is not None:
+                with suppress(LockTimeout):
+                    waiter.acquire(timeout=WARM_UP_WAIT)
+                    waiter.release()
+                holder.release()
+
     def run(self) -> int:
         """Acquisitions attempted; stops early at the deadline or when told to."""
         args = self.args
         done = 0
+        self.open_connections()
         for seq in range(args.start, args.start + args.count):
             if self.should_stop():
                 break
