@@ -5,15 +5,21 @@ either refused before any work, or cut short by a real signal, or the smallest t
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import pytest
 import redis
 
 import redlease
-from conftest import cli_environment
+from conftest import cli_environment, redlease_command
 from redlease.chaos.soak_settings import SoakSettings
 from redlease.chaos.soak_worker import read_log
 
@@ -100,6 +106,181 @@ def test_the_warm_up_leaves_at_least_one_acquisition_to_sample() -> None:
     assert SoakSettings(acquisitions=1).warmup == 0
     assert SoakSettings(acquisitions=2).warmup == 1
     assert SoakSettings(acquisitions=10_000).warmup == 200
+
+
+# The soak's options and servers: one line and a sysexits code, before any work.
+
+
+@pytest.fixture
+def silent_server() -> Iterator[str]:
+    """A port that accepts connections and never replies."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(50)
+        yield f"redis://127.0.0.1:{listener.getsockname()[1]}/0"
+
+
+@pytest.mark.parametrize(
+    ("options", "code", "said"),
+    [
+        (["--url", "redis://127.0.0.1:1/0"], 69, "cannot reach"),
+        (["--url", "notaurl"], 64, "--url"),
+        (["--workers", "0"], 64, "--workers"),
+        (["--acquisitions", "0"], 64, "--acquisitions"),
+        (["--names", "0"], 64, "--names"),
+        (["--ttl", "0"], 64, "--ttl"),
+        (["--fault-every", "-1"], 64, "--fault-every"),
+        (["--nope"], 64, "--nope"),
+    ],
+)
+def test_soak_refuses_bad_options_in_one_line(options: list[str], code: int, said: str) -> None:
+    done = _run([*SOAK, "--workers", "1", "--acquisitions", "5", *options], timeout=30)
+    assert done.returncode == code, done.stderr
+    assert said in _one_line(done)
+    assert done.stdout == ""
+
+
+def test_soak_refuses_a_logs_path_that_is_a_file(tmp_path: Path) -> None:
+    file = tmp_path / "file"
+    file.write_text("x")
+    done = _run([*SOAK, "--workers", "1", "--logs", str(file)], timeout=30)
+    assert done.returncode == 64
+    assert str(file) in _one_line(done)
+
+
+def test_soak_says_a_server_that_never_replies_is_unreachable(silent_server: str) -> None:
+    done = _run([*SOAK, "--workers", "1", "--url", silent_server], timeout=30)
+    assert done.returncode == 69
+    assert silent_server in _one_line(done)
+
+
+# Interrupted runs: keys deleted, workers resumed and reaped, temporary files gone.
+
+
+def _prefix_on(client: redis.Redis, pattern: str, timeout: float) -> str:
+    limit = time.monotonic() + timeout
+    while time.monotonic() < limit:
+        for key in client.scan_iter(match=pattern, count=1000):
+            return key.decode().split(":", 1)[0].split("{", 1)[0].rstrip(":")
+        time.sleep(0.05)
+    raise AssertionError(f"no key matching {pattern} within {timeout} s")
+
+
+def _processes_of(prefix: str) -> list[tuple[int, str]]:
+    """Live processes whose command line names ``prefix``, with their state letter."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if prefix.encode() not in (entry / "cmdline").read_bytes():
+                continue
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            found.append((int(entry.name), state))
+    return found
+
+
+def _wait_for_stopped_worker(prefix: str, timeout: float) -> None:
+    limit = time.monotonic() + timeout
+    while time.monotonic() < limit:
+        if any(state == "T" for _, state in _processes_of(prefix)):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"no worker of {prefix} was stopped within {timeout} s")
+
+
+def _gone(prefix: str, timeout: float) -> list[tuple[int, str]]:
+    limit = time.monotonic() + timeout
+    while (left := _processes_of(prefix)) and time.monotonic() < limit:
+        time.sleep(0.1)
+    return left
+
+
+def _start(command: list[str], tmp_path: Path) -> subprocess.Popen[str]:
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    return subprocess.Popen(
+        command,
+        env=cli_environment(None) | {"TMPDIR": str(scratch)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+RUNS: dict[str, Any] = {
+    "chaos": (redlease_command("chaos", "sigstop", "--quick"), "redlease-chaos-sigstop-*"),
+    "soak": (
+        [
+            *SOAK,
+            "--workers",
+            "3",
+            "--acquisitions",
+            "100000",
+            "--names",
+            "3",
+            "--fault-every",
+            "0.5",
+            "--ttl",
+            "0.5",
+        ],
+        "redlease-soak-*",
+    ),
+}
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("tool", ["soak"])
+def test_an_interrupted_run_cleans_up_after_itself(
+    tool: str, signum: signal.Signals, redlease_url: str, tmp_path: Path
+) -> None:
+    """Signalled while a worker is stopped by the sigstop fault: exit 130 in one line, the
+    stopped worker resumed and reaped, no key of the run left, no temporary directory."""
+    command, pattern = RUNS[tool]
+    client = redis.Redis.from_url(redlease_url)
+    process = _start([*command, "--url", redlease_url], tmp_path)
+    try:
+        prefix = _prefix_on(client, pattern, timeout=60)
+        _wait_for_stopped_worker(prefix, timeout=60)
+        process.send_signal(signum)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert _gone(prefix, timeout=5) == []
+    assert list(client.scan_iter(match=f"{prefix}*")) == []
+    assert list((tmp_path / "tmp").iterdir()) == []
+    client.close()
+
+
+def test_workers_die_with_a_killed_soak_even_when_stopped(
+    redlease_url: str, tmp_path: Path
+) -> None:
+    command, pattern = RUNS["soak"]
+    client = redis.Redis.from_url(redlease_url)
+    process = _start([*command, "--url", redlease_url], tmp_path)
+    try:
+        prefix = _prefix_on(client, pattern, timeout=60)
+        _wait_for_stopped_worker(prefix, timeout=60)
+        process.kill()
+        process.wait()
+        left = _gone(prefix, timeout=5)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        for pid, _ in _processes_of(prefix):
+            os.kill(pid, signal.SIGKILL)
+        for key in client.scan_iter(match=f"{prefix}*"):
+            client.delete(key)
+        client.close()
+    assert left == []
 
 
 def test_a_soak_of_one_acquisition_per_worker_passes(redlease_url: str) -> None:

@@ -19,7 +19,10 @@ windows (among sections whose fenced write was accepted) other than after the ol
 lease's deadline (a holder the machine itself paused); no fenced lost update; fences never
 going back on a name; each worker's RSS and file descriptors after warm-up versus right
 before it stopped; and the keys left on the lock server by kind. Exit status 0 when every
-check holds, 1 when not. Every wait is bounded and the whole run has a deadline.
+check holds, 1 when not; 64 for a usage mistake (bad options, a ``--logs`` path that is a
+file), 69 when the ``--url`` server cannot be reached, 130 after Ctrl-C or SIGTERM (the
+run still deletes its keys and stops its workers), each with one line on stderr. Every
+wait is bounded and the whole run has a deadline.
 """
 
 from __future__ import annotations
@@ -30,10 +33,18 @@ import sys
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
+import redis
+
+from redlease.chaos.errors import ChaosError
+from redlease.chaos.interrupt import stop_signals
 from redlease.chaos.soak_run import Soak
 from redlease.chaos.soak_settings import SoakSettings, Target, private_target
+from redlease.commands.common import SHARED_HINT, ExitCode, UsageError, reach
+from redlease.errors import ServerUnavailable
+
+PROG = "python -m redlease.chaos.soak"
 
 
 def run_soak(
@@ -53,13 +64,21 @@ def run_soak(
     return report
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line, with EX_USAGE (64) as ``redlease chaos`` has them."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
 def _args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m redlease.chaos.soak",
+    parser = _Parser(
+        prog=PROG,
         description="Many workers x many fenced acquisitions over many lock names, with "
         "faults (kill -9, SIGSTOP, PEXPIRE, DEBUG SLEEP) every few seconds; then check "
         "overlaps, lost updates, fence order, RSS, file descriptors and leftover keys.",
-        epilog="exit status: 0 when every check holds, 1 when one does not",
+        epilog="exit status: 0 when every check holds, 1 when one does not, 64 usage, "
+        "69 server unreachable, 130 interrupted (Ctrl-C or SIGTERM)",
     )
     defaults = SoakSettings()
     parser.add_argument("--workers", type=int, default=defaults.workers)
@@ -107,9 +126,19 @@ def _summary(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _args(argv)
-    settings = SoakSettings(
+def _settings(args: argparse.Namespace) -> SoakSettings:
+    """The run's settings, or a :class:`UsageError` naming the option that is wrong."""
+    at_least_one = ("workers", "acquisitions", "names")
+    for option in at_least_one:
+        if getattr(args, option) < 1:
+            raise UsageError(f"--{option} must be at least 1, not {getattr(args, option)}")
+    for option in ("ttl", "acquire_timeout", "deadline"):
+        if not getattr(args, option) > 0:
+            raise UsageError(f"--{option.replace('_', '-')} must be above 0")
+    for option in ("fault_every", "hold"):
+        if not getattr(args, option) >= 0:
+            raise UsageError(f"--{option.replace('_', '-')} must be 0 or more")
+    return SoakSettings(
         workers=args.workers,
         acquisitions=args.acquisitions,
         names=args.names,
@@ -120,9 +149,48 @@ def main(argv: list[str] | None = None) -> int:
         deadline=args.deadline,
         seed=args.seed,
     )
-    report = run_soak(settings, url=args.url, logs=args.logs)
+
+
+def _check_paths_and_server(args: argparse.Namespace) -> None:
+    """Before any work: the log directory can be made, the ``--url`` server answers."""
+    if args.logs is not None:
+        if args.logs.exists() and not args.logs.is_dir():
+            raise UsageError(f"--logs {args.logs}: exists and is not a directory")
+        try:
+            args.logs.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise UsageError(f"--logs {args.logs}: {error.strerror or error}") from error
+    if args.url is not None:
+        try:
+            redis.Redis.from_url(args.url).close()
+        except ValueError as error:
+            raise UsageError(f"--url {args.url!r}: {error}") from error
+        reach(args.url, hint=SHARED_HINT)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The soak's command line; failures are one line on stderr and a sysexits code."""
+    try:
+        args = _args(argv)
+        settings = _settings(args)
+        _check_paths_and_server(args)
+        with stop_signals():
+            report = run_soak(settings, url=args.url, logs=args.logs)
+    except UsageError as error:
+        return _fail(ExitCode.USAGE, f"error: {error}")
+    except (ServerUnavailable, redis.ConnectionError, redis.TimeoutError) as error:
+        return _fail(ExitCode.UNAVAILABLE, f"server unavailable: {error}")
+    except (ChaosError, redis.RedisError) as error:
+        return _fail(ExitCode.SOFTWARE, str(error))
+    except KeyboardInterrupt:
+        return _fail(ExitCode.INTERRUPTED, "interrupted; the run's keys are deleted")
     print(json.dumps(report) if args.json else _summary(report))
     return 0 if report["ok"] else 1
+
+
+def _fail(code: ExitCode, message: str) -> int:
+    print(f"{PROG}: {message}", file=sys.stderr)
+    return int(code)
 
 
 if __name__ == "__main__":

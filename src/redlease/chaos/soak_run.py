@@ -38,6 +38,7 @@ from redlease.chaos.soak_servers import Servers
 from redlease.chaos.soak_settings import SoakSettings, Target
 from redlease.chaos.soak_worker import WorkerLog, lock_names, read_log
 from redlease.keys import LockKeys
+from redlease.processes import die_with_parent
 
 FAULT_KINDS = ("kill", "sigstop", "pexpire", "stall")
 POLL = 0.2
@@ -97,7 +98,11 @@ class Soak:
         ]  # fmt: skip
         with (self.directory / f"{worker}.err").open("wb") as errors:
             process = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, stdout=errors, stderr=subprocess.STDOUT
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=errors,
+                stderr=subprocess.STDOUT,
+                preexec_fn=die_with_parent(),  # noqa: PLW1509 - sets the death signal only
             )
         self.logs.append(log)
         return Slot(index, process, log, start, count, incarnation)
@@ -223,11 +228,19 @@ class Soak:
         self.board.close()
 
     def execute(self) -> dict[str, Any]:
-        server_start = self.servers.server_info()
+        """Run, stop every worker, check; the run's keys go whatever happens, even on
+        Ctrl-C (a shared server keeps nothing of the run)."""
         try:
-            self.drive()
+            server_start = self.servers.server_info()
+            try:
+                self.drive()
+            finally:
+                self.stop()
+            return self.report(server_start)
         finally:
-            self.stop()
+            self.servers.cleanup()
+
+    def report(self, server_start: dict[str, Any]) -> dict[str, Any]:
         seconds = time.monotonic() - self.started
         parsed = {path: read_log(path) for path in self.logs}
         logs = list(parsed.values())
@@ -254,7 +267,6 @@ class Soak:
             "memory_end": server_end["used_memory"],
             "clients_at_end": server_end["clients"] if self.target.private else None,
         }
-        self.servers.cleanup()
         report["failures"] = failures(report, self.settings)
         report["ok"] = not report["failures"]
         return report
