@@ -22,6 +22,7 @@ import redlease
 from conftest import cli_environment, redlease_command
 from redlease.chaos.soak_settings import SoakSettings
 from redlease.chaos.soak_worker import read_log
+from redlease.server import EmbeddedServer
 
 SOAK = [sys.executable, "-m", "redlease.chaos.soak"]
 
@@ -154,6 +155,68 @@ def test_soak_says_a_server_that_never_replies_is_unreachable(silent_server: str
     assert silent_server in _one_line(done)
 
 
+# ``redlease chaos``'s paths: checked before running, results never lost.
+
+
+def _chaos(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    return _run(redlease_command("chaos", *args), timeout=timeout)
+
+
+def test_chaos_refuses_a_markdown_page_it_cannot_write_before_running(
+    redlease_url: str, tmp_path: Path
+) -> None:
+    started = time.monotonic()
+    done = _chaos("pexpire", "--quick", "--url", redlease_url, "--markdown", "/nonexistent/x.md")
+    assert done.returncode == 64
+    assert "/nonexistent/x.md" in _one_line(done)
+    assert time.monotonic() - started < 15  # refused, not run
+
+
+def test_chaos_refuses_a_logs_path_that_is_a_file(redlease_url: str, tmp_path: Path) -> None:
+    file = tmp_path / "file"
+    file.write_text("x")
+    done = _chaos("pexpire", "--quick", "--url", redlease_url, "--logs", str(file))
+    assert done.returncode == 64
+    assert str(file) in _one_line(done)
+
+
+def test_chaos_prints_its_results_even_when_the_page_cannot_be_written(
+    redlease_url: str,
+) -> None:
+    done = _chaos("pexpire", "--quick", "--json", "--url", redlease_url, "--markdown", "/dev/full")
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["scenarios"]["pexpire"]["fenced_lost_updates"] == 0
+    assert done.returncode == (74 if report["ok"] else 70)
+    assert "/dev/full" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_scenario_error_names_a_log_directory_that_still_exists(tmp_path: Path) -> None:
+    """Workers that cannot lock (a read-only replica): the error names the scenario on
+    stderr, and the directory it points to is kept."""
+    with (
+        EmbeddedServer() as primary,
+        EmbeddedServer(args=["--replicaof", "127.0.0.1", str(primary.port)]) as replica,
+    ):
+        environment = cli_environment(None) | {"TMPDIR": str(tmp_path)}
+        done = subprocess.run(
+            redlease_command("chaos", "sigstop", "--quick", "--json", "--url", replica.url),
+            check=False,
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 70, done.stderr
+    error = json.loads(done.stdout.strip().splitlines()[-1])["scenarios"]["sigstop"]["error"]
+    kept = Path(error.rsplit(" in ", 1)[1].split()[0])
+    assert kept.is_dir(), error
+    assert any(kept.iterdir()), error
+    assert "sigstop" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert str(kept) in done.stderr
+
+
 # Interrupted runs: keys deleted, workers resumed and reaped, temporary files gone.
 
 
@@ -233,7 +296,7 @@ RUNS: dict[str, Any] = {
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-@pytest.mark.parametrize("tool", ["soak"])
+@pytest.mark.parametrize("tool", ["chaos", "soak"])
 def test_an_interrupted_run_cleans_up_after_itself(
     tool: str, signum: signal.Signals, redlease_url: str, tmp_path: Path
 ) -> None:

@@ -32,6 +32,7 @@ from redlease.chaos.settings import Settings
 from redlease.chaos.tail import LogTail
 from redlease.chaos.targets import Target
 from redlease.keys import LockKeys
+from redlease.processes import die_with_parent
 
 LOCK_NAME = "counter"
 POLL = 0.002
@@ -103,7 +104,11 @@ class Run:
             self.probed.add(worker)
         with (self.directory / f"{self.fault.name}-{worker}.err").open("wb") as errors:
             self.workers[worker] = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, stdout=errors, stderr=subprocess.STDOUT
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=errors,
+                stderr=subprocess.STDOUT,
+                preexec_fn=die_with_parent(),  # noqa: PLW1509 - sets the death signal only
             )
         self.tails[worker] = LogTail(log)
         return worker
@@ -147,17 +152,20 @@ class Run:
         detections: list[dict[str, Any]] = []
         started = time.monotonic()
         try:
-            for _ in range(self.settings.workers):
-                self.spawn()
-            self.wait_for("acq", START_TIMEOUT)
-            time.sleep(self.settings.warmup)
-            for _ in range(self.settings.injections):
-                detections += self._inject(fault_ends)
+            try:
+                for _ in range(self.settings.workers):
+                    self.spawn()
+                self.wait_for("acq", START_TIMEOUT)
+                time.sleep(self.settings.warmup)
+                for _ in range(self.settings.injections):
+                    detections += self._inject(fault_ends)
+            finally:
+                self.fault.heal(self)
+                self._stop_workers()
+            history = read_logs([tail.path for tail in self.tails.values()])
+            plain, fenced = self._counters()
         finally:
-            self.fault.heal(self)
-            self._stop_workers()
-        history = read_logs([tail.path for tail in self.tails.values()])
-        plain, fenced = self._counters()
+            self._forget()  # even after an error or Ctrl-C: a shared server keeps nothing
         result = verdict(history, plain, fenced, fault_ends)
         result["injections"] = len(fault_ends)
         result["seconds"] = round(time.monotonic() - started, 2)
@@ -230,14 +238,21 @@ class Run:
         try:
             plain = int(client.get(f"{self.prefix}:counter") or 0)
             fenced = int(client.get(f"{self.prefix}:fenced") or 0)
-            if not self.target.private:
-                delete_namespace(client, self.prefix)
         finally:
             client.close()
-        if not self.target.private:
-            with self.lock_client() as lock_client:
-                delete_namespace(lock_client, self.prefix)
         return plain, fenced
+
+    def _forget(self) -> None:
+        """On a shared server, delete the run's keys (data and lock)."""
+        if self.target.private:
+            return
+        client = redis.Redis.from_url(self.target.data_url, socket_timeout=5.0)
+        try:
+            delete_namespace(client, self.prefix)
+        finally:
+            client.close()
+        with self.lock_client() as lock_client:
+            delete_namespace(lock_client, self.prefix)
 
 
 def delete_namespace(client: redis.Redis, prefix: str) -> None:

@@ -7,6 +7,7 @@ Counter scenarios (:class:`~redlease.chaos.fault.Fault`) run in the counter harn
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
@@ -27,15 +28,18 @@ def run_scenarios(
 ) -> dict[str, Any]:
     """Run each scenario in turn, each on a fresh target; the result is what ``--json`` prints.
 
-    The workers' logs go to ``logs`` (kept) or to a temporary directory (removed). A
+    The workers' logs go to ``logs`` (kept) or to a temporary directory, removed unless a
+    scenario could not finish (its error points there); ``logs`` in the report names the
+    directory kept, if any. A
     scenario this machine cannot run (no network namespaces, say) is reported as
     ``{"skipped": reason}``, one that could not finish as ``{"error": reason}``.
     """
     scenarios = [FAULTS[name]() for name in names]
     results: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="redlease-chaos-") as scratch:
-        directory = Path(scratch) if logs is None else logs
-        directory.mkdir(parents=True, exist_ok=True)
+    directory = Path(tempfile.mkdtemp(prefix="redlease-chaos-")) if logs is None else logs
+    directory.mkdir(parents=True, exist_ok=True)
+    errored = False
+    try:
         for scenario in scenarios:
             reason = unavailable(scenario)
             if reason is not None:
@@ -48,9 +52,17 @@ def run_scenarios(
                     results[scenario.name] = _run(scenario, target, settings, directory)
                 except ChaosError as error:
                     results[scenario.name] = {"error": str(error)}
-    return {"server": "private" if url is None else "shared", "settings": asdict(settings)} | (
-        verdicts(results)
-    )
+                    errored = True
+    finally:
+        # A scenario's error points at its workers' output: keep that, drop the rest.
+        if logs is None and not errored:
+            shutil.rmtree(directory, ignore_errors=True)
+    kept = str(directory) if logs is not None or errored else None
+    return {
+        "server": "private" if url is None else "shared",
+        "settings": asdict(settings),
+        "logs": kept,
+    } | verdicts(results)
 
 
 def _run(scenario: Scenario, target: Any, settings: Settings, directory: Path) -> dict[str, Any]:

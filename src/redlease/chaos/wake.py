@@ -37,6 +37,7 @@ from redlease.chaos.wake_scenarios import WakeSample, WakeScenario
 from redlease.core.lease import Lease
 from redlease.errors import LockError
 from redlease.keys import LockKeys
+from redlease.processes import die_with_parent
 from redlease.sync.lock import Lock, Locks
 
 LOCK_NAME = "wake"
@@ -194,7 +195,12 @@ class WakeRun:
         ]  # fmt: skip
         with (self.directory / f"{self.scenario.name}-{flavour}.err").open("wb") as errors:
             self.processes[flavour] = subprocess.Popen(
-                command, stdin=subprocess.PIPE, stdout=errors, stderr=subprocess.STDOUT, text=True
+                command,
+                stdin=subprocess.PIPE,
+                stdout=errors,
+                stderr=subprocess.STDOUT,
+                text=True,
+                preexec_fn=die_with_parent(),  # noqa: PLW1509 - sets the death signal only
             )
         self.tails[flavour] = LogTail(log)
         return flavour

@@ -6,18 +6,23 @@ starts two private servers (the lock's and the data's); with ``--url`` it uses t
 server for both, under a unique key prefix that it deletes afterwards, and runs only the
 scenarios that need no control over the server. Exit status: 0 when every fenced counter
 is exact, fences never went back, every holder was told of its loss and every waiter woke
-within their bounds; 70 when not; 64 for a usage mistake.
+within their bounds; 70 when not; 64 for a usage mistake (paths are checked before any
+scenario runs); 69 for an unreachable server; 74 when all held but the ``--markdown`` page
+could not be written (the results are printed anyway); 130 after Ctrl-C or SIGTERM, once
+the workers are reaped and the keys deleted. stderr names each scenario that failed.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from redlease.chaos import FAULTS, ChaosError, Settings, run_scenarios
+from redlease.chaos.interrupt import stop_signals
 from redlease.chaos.matrix import render
 from redlease.commands.common import SHARED_HINT, ExitCode, UsageError, reachable_server
 
@@ -43,7 +48,8 @@ def register(commands: Any) -> None:
         "Scenarios: " + "; ".join(f"{name}: {fault.summary}" for name, fault in FAULTS.items()),
         epilog="exit status: 0 when the fenced counter is exact in every scenario and every "
         "holder was told of its loss and every waiter woke within the bounds, 70 when not (or "
-        "a scenario could not run), 64 usage, 69 server unreachable",
+        "a scenario could not run), 64 usage, 69 server unreachable, 74 the --markdown page "
+        "could not be written (the results are printed anyway), 130 interrupted",
     )
     chaos.add_argument(
         "scenarios",
@@ -69,10 +75,10 @@ def register(commands: Any) -> None:
 
 
 FAILURES = {
-    "fenced_ok": "the fenced counter lost updates, a fence went back or a scenario could not run",
     "detection_ok": "a holder was not told of its lost lease within the bound",
     "wake_ok": "a waiter blocked across a fault did not get the lock within the bound",
 }
+PAGE_NOT_WRITTEN = 74  # EX_IOERR: every check held, but the --markdown page was not written
 
 
 def _runs_on_shared(name: str) -> bool:
@@ -97,27 +103,84 @@ def _choose(requested: list[str], shared: bool) -> list[str]:
 
 def run_chaos(args: argparse.Namespace) -> int:
     names = _choose(list(args.scenarios), args.url is not None)
+    _check_paths(args.logs, args.markdown)
     settings = Settings.quick() if args.quick else Settings()
     try:
-        if args.url is None:
-            report = run_scenarios(names, settings, logs=args.logs)
-        else:
-            with reachable_server(args.url, hint=SHARED_HINT) as url:
-                report = run_scenarios(names, settings, url=url, logs=args.logs)
+        with stop_signals():
+            if args.url is None:
+                report = run_scenarios(names, settings, logs=args.logs)
+            else:
+                with reachable_server(args.url, hint=SHARED_HINT) as url:
+                    report = run_scenarios(names, settings, url=url, logs=args.logs)
     except ChaosError as error:
         print(f"redlease: {error}", file=sys.stderr)
         return ExitCode.SOFTWARE
+    page_error = None
     if args.markdown is not None:
         command = "redlease " + " ".join(sys.argv[1:]) if sys.argv[1:] else "redlease chaos"
-        args.markdown.write_text(render(report, command), encoding="utf-8")
+        try:
+            args.markdown.write_text(render(report, command), encoding="utf-8")
+        except OSError as error:
+            page_error = f"could not write {args.markdown}: {error.strerror or error}"
     if args.json:
         print(json.dumps(report))
     else:
         _table(report)
-    for key, failure in FAILURES.items():
-        if not report[key]:
-            print(f"redlease: {failure}", file=sys.stderr)
-    return ExitCode.OK if report["ok"] else ExitCode.SOFTWARE
+    for failure in _failures(report):
+        print(f"redlease: {failure}", file=sys.stderr)
+    if page_error is not None:
+        print(f"redlease: {page_error}; the results are above", file=sys.stderr)
+    if not report["ok"]:
+        return ExitCode.SOFTWARE
+    return ExitCode.OK if page_error is None else PAGE_NOT_WRITTEN
+
+
+def _check_paths(logs: Path | None, markdown: Path | None) -> None:
+    """Before any scenario runs: the log directory can be made, the page can be written."""
+    if logs is not None:
+        if logs.exists() and not logs.is_dir():
+            raise UsageError(f"--logs {logs}: exists and is not a directory")
+        try:
+            logs.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise UsageError(f"--logs {logs}: {error.strerror or error}") from error
+    if markdown is not None:
+        folder = markdown.parent
+        if markdown.is_dir():
+            raise UsageError(f"--markdown {markdown}: is a directory")
+        if not folder.is_dir():
+            raise UsageError(f"--markdown {markdown}: no directory {folder}")
+        if not os.access(markdown if markdown.exists() else folder, os.W_OK):
+            raise UsageError(f"--markdown {markdown}: not writable")
+
+
+def _failures(report: dict[str, Any]) -> list[str]:
+    """Which scenario failed, and how, one line each; then where the logs were kept."""
+    found = []
+    for name, result in report["scenarios"].items():
+        if "error" in result:
+            found.append(f"scenario {name} could not run: {result['error']}")
+            continue
+        if result.get("fenced_lost_updates", 0):
+            found.append(
+                f"scenario {name}: the fenced counter lost {result['fenced_lost_updates']} updates"
+            )
+        if result.get("fence_regressions", 0):
+            found.append(f"scenario {name}: a fence went back {result['fence_regressions']} times")
+        detection, wake = result.get("detection"), result.get("wake")
+        if detection and not detection["met"]:
+            found.append(
+                f"scenario {name}: {FAILURES['detection_ok']} "
+                f"(worst ms {detection['worst_ms']}, {detection['not_told']} never told)"
+            )
+        if wake and not wake["met"]:
+            found.append(
+                f"scenario {name}: {FAILURES['wake_ok']} (worst ms {wake['worst_ms']}, "
+                f"{wake['not_woken']} never woken, {wake['at_own_timeout']} at their own timeout)"
+            )
+    if found and report.get("logs"):
+        found.append(f"the workers' logs are kept in {report['logs']}")
+    return found
 
 
 def _rows(report: dict[str, Any]) -> list[tuple[str, ...]]:
