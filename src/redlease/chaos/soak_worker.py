@@ -243,23 +243,28 @@ class Worker:
         The data client connects at its first command, and ``Locks`` subscribes only at
         the first contended wait, which a worker may not meet during its warm-up: the fd
         check would count those connections as a leak. So: a PING on the data client,
-        and one deliberate wait on a name of this worker's own (held by one owner, waited
-        for by another until a short timeout). Errors here are ignored: the run reports
-        its own.
+        and one deliberate wait on one of the run's names (held by one owner, waited for
+        by another until a short timeout; if another worker holds it, the wait is on that
+        one). A name of the run's own, so that no key is added (a fence counter would
+        stay). Unlogged, and errors are ignored: the run reports its own.
         """
         with suppress(redis.RedisError):
             self.data.ping()
-        name = f"warm-up-{self.args.worker}"
-        holder = self.locks_client.lock(name, ttl=max(self.args.ttl, 1.0), renew=False,
+        name = self.names[self.args.slot % len(self.names)]
+        holder = self.locks_client.lock(name, ttl=self.args.ttl, renew=False,
                                         owner="warm-up holder")  # fmt: skip
         waiter = self.locks_client.lock(name, ttl=self.args.ttl, renew=False,
                                         owner="warm-up waiter")  # fmt: skip
         with suppress(LockError, redis.RedisError):
-            if holder.try_acquire() is not None:
-                with suppress(LockTimeout):
-                    waiter.acquire(timeout=WARM_UP_WAIT)
-                    waiter.release()
-                holder.release()
+            held = holder.try_acquire() is not None
+            try:
+                waiter.acquire(timeout=WARM_UP_WAIT)
+                waiter.release()
+            except LockTimeout:
+                pass
+            finally:
+                if held:
+                    holder.release()
 
     def run(self) -> int:
         """Acquisitions attempted; stops early at the deadline or when told to."""
