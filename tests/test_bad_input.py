@@ -310,6 +310,11 @@ async def test_an_evicting_server_is_warned_about(
         if record.name.startswith("redlease") and record.levelno == logging.WARNING
     ]
     assert any(policy in text and "evict" in text for text in warnings), warnings
+    counter_named = any("fencing counter" in text for text in warnings)
+    assert counter_named == policy.startswith("allkeys"), (
+        "only an allkeys policy evicts the fencing counter (it has no expiry)",
+        warnings,
+    )
 
 
 async def test_a_noeviction_server_gets_no_eviction_warning(make_locks, caplog):

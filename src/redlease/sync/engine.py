@@ -224,10 +224,12 @@ class Engine(Client):
             return
         policy = str(config.get("maxmemory-policy", "noeviction"))
         if str(config.get("maxmemory", "0")) != "0" and policy != "noeviction":
+            counter = policy.startswith("allkeys")  # the counter has no expiry to go by
             logger.warning(
                 "the server evicts keys under memory pressure (maxmemory-policy %s): a lock "
-                "can vanish while held; use noeviction on servers that keep locks",
+                "can vanish while held%s; use noeviction on servers that keep locks",
                 policy,
+                ", and a fencing counter too (tokens start again from 1)" if counter else "",
             )
 
     def _publish_for(self, primitive: LeasedBase[Any]) -> str:
@@ -278,9 +280,8 @@ class Engine(Client):
     def _give_back(self, owner: LeasedBase[Any], lease: Lease) -> ReleaseOutcome:
         """Release a lease already taken off the books, and report how it ended.
 
-        A lease already lost (past its local deadline) is reported ``EXPIRED`` at once: its
-        holder is told now, and the release, which can no longer help it, is sent from the
-        background, so a stopped server does not hold up the end of a ``with`` block.
+        A lease past its local deadline is reported ``EXPIRED`` at once and released from
+        the background: a stopped server must not hold up the end of a ``with`` block.
 
         The release runs inline (an asyncio shield would cost a task and two more loop turns
         on every release). Only an interrupted release (a cancellation, Ctrl-C) pays more: it
