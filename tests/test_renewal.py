@@ -344,3 +344,19 @@ async def test_an_async_on_lost_callback_that_raises_is_logged_like_a_sync_one(
         "the async callback failed",
         "the sync callback failed",
     ]
+
+
+@pytest.mark.timeout(30)
+def test_a_slow_on_lost_callback_holds_up_no_other_lease(redlease_url, prefix, round_trip):
+    """A callback that takes seconds (an alert over a slow network) runs beside the renewal
+    worker: the client's other leases are still renewed, and told on time."""
+    ttl = renewing_ttl(round_trip, quiet=1.0)
+    with redlease.Locks(redlease_url, prefix=prefix) as locks:
+        doomed = locks.lock("doomed", ttl=ttl / 2).acquire()
+        doomed.on_lost(lambda _: time.sleep(3 * ttl))
+        kept = locks.lock("kept", ttl=ttl, renew=True).acquire()
+        time.sleep(2.5 * ttl)
+        assert doomed.lost
+        assert not kept.lost, kept.lost_reason
+        assert kept.renewals >= 2
+        assert locks.lock("kept").release() is ReleaseOutcome.RELEASED

@@ -293,6 +293,11 @@ def fire(lease: Lease, callbacks: list[LostCallback]) -> None:
             task.add_done_callback(_background.discard)
 
 
+fire_aside = fire
+"""The renewal worker's :func:`fire`: on the loop, where a slow sync callback holds up
+everything anyway (the sync twin runs them on a thread of their own)."""
+
+
 async def _logging_errors(callback_run: Awaitable[object], name: str) -> None:
     """Await an ``async def`` on_lost callback, logging its error as a sync one's is."""
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Awaitable
 
-from redlease.aio._flavor import Bounded, Wakeup, Worker, fire
+from redlease.aio._flavor import Bounded, Wakeup, Worker, fire_aside
 from redlease.core.lease import Lease
 from redlease.core.renewal import RenewalHost
 
@@ -48,7 +48,7 @@ class AsyncRenewer:
         schedule, clock = self._locks._renewals, self._locks._clock
         while not self._stopping:
             for lease, callbacks in schedule.expire(clock()):
-                fire(lease, callbacks)
+                fire_aside(lease, callbacks)
             wake_at = schedule.next_wakeup(clock())
             if wake_at > clock():
                 await self._wakeup.wait(wake_at - clock())
@@ -61,7 +61,7 @@ class AsyncRenewer:
             self.round_trips += 1
             lost = schedule.settle(due, answers, sent_at, clock())
             for lease, callbacks in lost:
-                fire(lease, callbacks)
+                fire_aside(lease, callbacks)
             self._locks._hooks.renewed(sum(1 for answer in answers if answer), len(lost))
 
     async def _renew(self, due: list[Lease], timeout: float) -> list[bool | None]:

@@ -264,6 +264,15 @@ def fire(lease: Lease, callbacks: list[LostCallback]) -> None:
     run_callbacks(callbacks, lease)
 
 
+def fire_aside(lease: Lease, callbacks: list[LostCallback]) -> None:
+    """Run lost-lease callbacks on a thread of their own: the renewal worker must not wait
+    for a slow one while the client's other leases need renewing."""
+    if callbacks:
+        threading.Thread(
+            target=run_callbacks, args=(callbacks, lease), name="redlease-on-lost", daemon=True
+        ).start()
+
+
 class _LockFactory(Protocol):
     def __call__(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], owner: Hashable | None = None

@@ -7,7 +7,7 @@ import threading
 
 from redlease.core.lease import Lease
 from redlease.core.renewal import RenewalHost
-from redlease.sync._flavor import Bounded, Wakeup, Worker, fire
+from redlease.sync._flavor import Bounded, Wakeup, Worker, fire_aside
 
 
 class Renewer:
@@ -48,7 +48,7 @@ class Renewer:
         schedule, clock = self._locks._renewals, self._locks._clock
         while not self._stopping:
             for lease, callbacks in schedule.expire(clock()):
-                fire(lease, callbacks)
+                fire_aside(lease, callbacks)
             wake_at = schedule.next_wakeup(clock())
             if wake_at > clock():
                 self._wakeup.wait(wake_at - clock())
@@ -61,7 +61,7 @@ class Renewer:
             self.round_trips += 1
             lost = schedule.settle(due, answers, sent_at, clock())
             for lease, callbacks in lost:
-                fire(lease, callbacks)
+                fire_aside(lease, callbacks)
             self._locks._hooks.renewed(sum(1 for answer in answers if answer), len(lost))
 
     def _renew(self, due: list[Lease], timeout: float) -> list[bool | None]:
