@@ -322,7 +322,7 @@ class AsyncNotifier:
                 if flag.pending():
                     flag.fail(error)
 
-    async def _rehome(self, channels: list[str]) -> None:
+    async def _rehome(self, channels: list[str], dead: AsyncLink | None = None) -> None:
         """Subscribe channels again where their slot lives now.
 
         The waiters are not woken: their queue entries moved with the slot, so the next
@@ -337,8 +337,10 @@ class AsyncNotifier:
             name, connect, _ = await node_of(self._client, channel)
             async with self._guard:
                 old = self._link_of.get(channel)
-                if not self._book.is_subscribed(channel) or (old is not None and old.name == name):
-                    continue  # the slot has no new owner yet: the channel stays where it is
+                if not self._book.is_subscribed(channel) or (
+                    dead is not None and dead.name == name
+                ):
+                    continue  # the dead node's slot has no new owner yet: try again later
                 link = await self._linked(name, connect)
                 await link.connection.send_command(commands.subscribe, channel)
                 if old is not None:
@@ -380,7 +382,7 @@ class AsyncNotifier:
     async def _moved_away(self, link: AsyncLink) -> bool:
         """Give a dead cluster node's channels to their slots' owners; True once none is left."""
         try:
-            await self._rehome(list(link.channels))
+            await self._rehome(list(link.channels), dead=link)
         except NETWORK_ERRORS:
             logger.debug("could not move the channels of %s yet", link.name)
         if link.channels:

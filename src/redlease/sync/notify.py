@@ -321,7 +321,7 @@ class Notifier:
                 if flag.pending():
                     flag.fail(error)
 
-    def _rehome(self, channels: list[str]) -> None:
+    def _rehome(self, channels: list[str], dead: Link | None = None) -> None:
         """Subscribe channels again where their slot lives now.
 
         The waiters are not woken: their queue entries moved with the slot, so the next
@@ -336,8 +336,10 @@ class Notifier:
             name, connect, _ = node_of(self._client, channel)
             with self._guard:
                 old = self._link_of.get(channel)
-                if not self._book.is_subscribed(channel) or (old is not None and old.name == name):
-                    continue  # the slot has no new owner yet: the channel stays where it is
+                if not self._book.is_subscribed(channel) or (
+                    dead is not None and dead.name == name
+                ):
+                    continue  # the dead node's slot has no new owner yet: try again later
                 link = self._linked(name, connect)
                 link.connection.send_command(commands.subscribe, channel)
                 if old is not None:
@@ -379,7 +381,7 @@ class Notifier:
     def _moved_away(self, link: Link) -> bool:
         """Give a dead cluster node's channels to their slots' owners; True once none is left."""
         try:
-            self._rehome(list(link.channels))
+            self._rehome(list(link.channels), dead=link)
         except NETWORK_ERRORS:
             logger.debug("could not move the channels of %s yet", link.name)
         if link.channels:
