@@ -599,6 +599,8 @@ async def test_a_multi_lock_is_released_by_any_handle_of_its_names_and_owner(
         await client.multi_lock(["a", "b"], owner="job-8").release()
     with pytest.raises(redlease.LockError, match="already held"):
         await client.multi_lock(["b", "a"], owner="job-7").acquire(timeout=0)
+    with pytest.raises(redlease.NotOwned):  # another set of names, though joined alike
+        await client.multi_lock(["a+b"], owner="job-7").release()
     assert await client.multi_lock(["b", "a"], owner="job-7").release() is ReleaseOutcome.RELEASED
     assert not server.exists(f"{prefix}:{{a}}", f"{prefix}:{{b}}")
     assert not held.lost

@@ -54,8 +54,8 @@ class LocksBase:
         self._replica_template = ReplicaAcks(1, DEFAULT_REPLICA_TIMEOUT_MS)
         """Replica acknowledgement every lock write of this client waits for (none by default)."""
         self._held_by: dict[tuple[str, Hashable], Lease] = {}
-        self._multi_by: dict[tuple[str, Hashable], MultiLease] = {}
-        """Multi-locks held, by (the names joined, owner)."""
+        self._multi_by: dict[tuple[tuple[str, ...], Hashable], MultiLease] = {}
+        """Multi-locks held, by (their names in order, owner)."""
         self._contended_until: dict[str, float] = {}
         self._guard = threading.Lock()
         self._host = socket.gethostname()

@@ -191,12 +191,14 @@ class MultiLockBase(LeasedBase[LocksT]):
             raise InvalidArgument("a multi-lock needs at least one lock name")
         self._all_keys: list[LockKeys] = [keys[name] for name in sorted(keys)]
         super().__init__(locks, self._all_keys[0].name, **options)  # type: ignore[arg-type]
-        self.name = "+".join(sorted(keys))
+        self._names = tuple(sorted(keys))
+        """What the client keeps this multi-lock's holdings by (a name may hold a '+')."""
+        self.name = "+".join(self._names)
 
     def _holding(self, owner: Hashable) -> MultiLease | None:
         """What ``owner`` holds of this set of names: kept by the client, like a lock's
         lease, so any handle of the same names and owner can release it."""
-        return self._locks._multi_by.get((self.name, owner))
+        return self._locks._multi_by.get((self._names, owner))
 
     def _claims(self, owner: Owner, publish: str) -> list[Claim]:
         if self._holding(owner) is not None:
@@ -233,13 +235,13 @@ class MultiLockBase(LeasedBase[LocksT]):
             leases.append(lease)
         held = MultiLease(leases)
         with self._locks._guard:
-            self._locks._multi_by[(self.name, owner)] = held
+            self._locks._multi_by[(self._names, owner)] = held
         return held
 
     def _begin_release(self) -> MultiLease:
         owner = self._owner()
         with self._locks._guard:
-            held = self._locks._multi_by.pop((self.name, owner), None)
+            held = self._locks._multi_by.pop((self._names, owner), None)
         if held is None:
             raise NotOwned(f"multi-lock {self.name!r} is not held by {owner.describe()}")
         for lease in held.leases:
