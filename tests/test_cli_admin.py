@@ -327,6 +327,26 @@ def test_a_url_that_is_no_redis_url_is_a_usage_mistake(url, args):
     assert "redis://" in completed.stderr
 
 
+@pytest.mark.parametrize("args", [["ls"], ["show", "x"], ["release", "x", "--force"]])
+def test_a_url_scheme_in_capitals_names_the_same_server(redlease_url, args):
+    """As for the library: URL schemes ignore case."""
+    completed = run_cli(
+        args[0], "--url", "REDIS" + redlease_url[len("redis") :], *args[1:], url=None
+    )
+
+    assert completed.returncode == 0, completed.stderr
+    assert "Traceback" not in completed.stderr
+
+
+def test_a_refused_password_is_not_echoed(redlease_servers_factory):
+    (secured,) = redlease_servers_factory(1, "--requirepass", "right-pass")
+    completed = run_cli("ls", "--url", f"redis://:wrong-pass@127.0.0.1:{secured.port}/0", url=None)
+
+    assert completed.returncode == 69, completed.stderr
+    assert "wrong-pass" not in completed.stderr
+    assert "***" in completed.stderr
+
+
 def test_server_refuses_a_port_out_of_range():
     completed = run_cli("server", "--port", "70000", url=None)
 

@@ -123,20 +123,31 @@ def from_url(make: Callable[[str], T], url: str) -> T:
     """``make(url)`` (a client class's ``from_url``), with a URL it cannot read refused as
     :class:`~redlease.InvalidArgument` that says what a URL looks like."""
     try:
-        _check_database(url)
+        _check_database(url.strip())
         return make(_lower_scheme(url))
     except ValueError as error:  # an unknown scheme, a port out of range, a bad db number
         raise InvalidArgument(
-            f"{url!r} is not a server URL ({error}): write redis://HOST:PORT/DB, "
+            f"{redacted(url)!r} is not a server URL ({error}): write redis://HOST:PORT/DB, "
             "rediss://HOST:PORT/DB for TLS, or unix:///path/to/socket"
         ) from None
 
 
 def _lower_scheme(url: str) -> str:
     """Schemes ignore case (RFC 3986), but redis-py's sync parser only knows them in lower
-    case where its asyncio one takes any: one spelling for both flavours."""
-    scheme, colon, rest = url.partition(":")
+    case (nor spaces around the URL) where its asyncio one takes any: one spelling for both
+    flavours."""
+    scheme, colon, rest = url.strip().partition(":")
     return scheme.lower() + colon + rest
+
+
+def redacted(url: str) -> str:
+    """``url`` with its password, if any, replaced by ``***``: fit for a message."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.netloc.rpartition("@")[2]
+    return parts._replace(netloc=f"{user}:***@{host}").geturl()
 
 
 def _check_database(url: str) -> None:

@@ -20,7 +20,7 @@ from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.retry import Retry
 
-from redlease.compat import from_url
+from redlease.compat import from_url, redacted
 from redlease.errors import ServerUnavailable
 from redlease.keys import DEFAULT_PREFIX
 from redlease.server import URL_ENV, resolve_url, server_url
@@ -97,7 +97,9 @@ def reach(url: str, *, cluster: bool = False, hint: str = SHARED_HINT) -> Reache
     """
     detected = _probe(url, hint)
     if cluster and detected is False:
-        raise UsageError(f"{url} is not a cluster node (cluster_enabled:0); drop --cluster")
+        raise UsageError(
+            f"{redacted(url)} is not a cluster node (cluster_enabled:0); drop --cluster"
+        )
     return Reached(url, cluster or bool(detected))
 
 
@@ -120,10 +122,10 @@ def _probe(url: str, hint: str) -> bool | None:
             return None
         return bool(int(info.get("cluster_enabled", 0)))
     except redis.AuthenticationError as error:
-        raise ServerUnavailable(f"{url} refused the credentials: {error}") from error
+        raise ServerUnavailable(f"{redacted(url)} refused the credentials: {error}") from error
     except redis.RedisError as error:
         raise ServerUnavailable(
-            f"cannot reach a Redis/Valkey server at {url} ({error}); start it, or {hint}"
+            f"cannot reach a Redis/Valkey server at {redacted(url)} ({error}); start it, or {hint}"
         ) from error
     finally:
         client.close()
@@ -172,11 +174,8 @@ def connect(args: argparse.Namespace, *, timeout: float | None = None) -> Iterat
     options: dict[str, Any] = {}
     if timeout is not None:
         options = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
-    client: Any = (
-        RedisCluster.from_url(reached.url, **options)
-        if reached.cluster
-        else redis.Redis.from_url(reached.url, **options)
-    )
+    make = RedisCluster.from_url if reached.cluster else redis.Redis.from_url
+    client: Any = from_url(functools.partial(make, **options), reached.url)
     try:
         yield client
     finally:
