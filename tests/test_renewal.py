@@ -360,3 +360,22 @@ def test_a_slow_on_lost_callback_holds_up_no_other_lease(redlease_url, prefix, r
         assert not kept.lost, kept.lost_reason
         assert kept.renewals >= 2
         assert locks.lock("kept").release() is ReleaseOutcome.RELEASED
+
+
+@pytest.mark.timeout(30)
+def test_closing_the_client_lets_a_running_on_lost_callback_finish(redlease_url, prefix):
+    """A callback the renewal worker started aside (an alert on its way) is not cut off by
+    ``close()``: the client waits for it, as it waits for its renewal worker."""
+    finished: list[bool] = []
+    started = threading.Event()
+
+    def alert(_: Lease) -> None:
+        started.set()
+        time.sleep(0.5)
+        finished.append(True)
+
+    with redlease.Locks(redlease_url, prefix=prefix) as locks:
+        lease = locks.lock("alerting", ttl=0.2).acquire()
+        lease.on_lost(alert)
+        assert started.wait(5), "the lease was not found lost"
+    assert finished == [True]

@@ -7,6 +7,7 @@ import functools
 import inspect
 import logging
 import sys
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -293,9 +294,15 @@ def fire(lease: Lease, callbacks: list[LostCallback]) -> None:
             task.add_done_callback(_background.discard)
 
 
-fire_aside = fire
-"""The renewal worker's :func:`fire`: on the loop, where a slow sync callback holds up
-everything anyway (the sync twin runs them on a thread of their own)."""
+def fire_aside(lease: Lease, callbacks: list[LostCallback]) -> threading.Thread | None:
+    """The renewal worker's :func:`fire`: on the loop, where a slow sync callback holds up
+    everything anyway (the sync twin runs them on a thread of their own)."""
+    fire(lease, callbacks)
+    return None
+
+
+async def finish_aside(threads: list[threading.Thread]) -> None:
+    """Nothing runs aside here (see :func:`fire_aside`)."""
 
 
 async def _logging_errors(callback_run: Awaitable[object], name: str) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Awaitable
 
-from redlease.aio._flavor import Bounded, Wakeup, Worker, fire_aside
-from redlease.core.lease import Lease
+from redlease.aio._flavor import Bounded, Wakeup, Worker, finish_aside, fire_aside
+from redlease.core.lease import Lease, LostCallback
 from redlease.core.renewal import RenewalHost
 
 
@@ -24,6 +24,8 @@ class AsyncRenewer:
         self._starting = threading.Lock()
         self._rounds = Bounded()
         self._stopping = False
+        self._aside: list[threading.Thread] = []
+        """Lost-lease callbacks still running beside the worker (sync only)."""
         self.round_trips = 0
 
     def wake(self) -> None:
@@ -41,6 +43,7 @@ class AsyncRenewer:
         if self._worker is not None:
             await self._worker.stop()
             self._worker = None
+        await finish_aside(self._aside)
         self._rounds.close()
         self._stopping = False
 
@@ -48,7 +51,7 @@ class AsyncRenewer:
         schedule, clock = self._locks._renewals, self._locks._clock
         while not self._stopping:
             for lease, callbacks in schedule.expire(clock()):
-                fire_aside(lease, callbacks)
+                self._fire(lease, callbacks)
             wake_at = schedule.next_wakeup(clock())
             if wake_at > clock():
                 await self._wakeup.wait(wake_at - clock())
@@ -61,8 +64,13 @@ class AsyncRenewer:
             self.round_trips += 1
             lost = schedule.settle(due, answers, sent_at, clock())
             for lease, callbacks in lost:
-                fire_aside(lease, callbacks)
+                self._fire(lease, callbacks)
             self._locks._hooks.renewed(sum(1 for answer in answers if answer), len(lost))
+
+    def _fire(self, lease: Lease, callbacks: list[LostCallback]) -> None:
+        aside = fire_aside(lease, callbacks)
+        if aside is not None:
+            self._aside = [thread for thread in self._aside if thread.is_alive()] + [aside]
 
     async def _renew(self, due: list[Lease], timeout: float) -> list[bool | None]:
         """One round's answers; no answer at all when it could not end within ``timeout``."""

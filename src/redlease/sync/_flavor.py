@@ -264,13 +264,24 @@ def fire(lease: Lease, callbacks: list[LostCallback]) -> None:
     run_callbacks(callbacks, lease)
 
 
-def fire_aside(lease: Lease, callbacks: list[LostCallback]) -> None:
+def fire_aside(lease: Lease, callbacks: list[LostCallback]) -> threading.Thread | None:
     """Run lost-lease callbacks on a thread of their own: the renewal worker must not wait
     for a slow one while the client's other leases need renewing."""
-    if callbacks:
-        threading.Thread(
-            target=run_callbacks, args=(callbacks, lease), name="redlease-on-lost", daemon=True
-        ).start()
+    if not callbacks:
+        return None
+    thread = threading.Thread(
+        target=run_callbacks, args=(callbacks, lease), name="redlease-on-lost", daemon=True
+    )
+    thread.start()
+    return thread
+
+
+def finish_aside(threads: list[threading.Thread]) -> None:
+    """Let the callbacks :func:`fire_aside` started end (an alert half sent at exit is
+    lost), for :data:`STOP_TIMEOUT_S` at most in all."""
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    for thread in threads:
+        thread.join(max(deadline - time.monotonic(), 0.0))
 
 
 class _LockFactory(Protocol):
