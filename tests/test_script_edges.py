@@ -339,3 +339,37 @@ async def test_a_multi_lock_names_a_bad_name_before_it_sorts_them(make_family_lo
     locks = await make_family_locks()
     with pytest.raises(redlease.InvalidName):
         locks.multi_lock(["ok", 123])
+
+
+@pytest.mark.parametrize("count", ["9223372036854775808", "12345678901234567890123", "007"])
+async def test_a_latch_count_redis_cannot_read_as_an_integer_is_named(
+    make_family_locks, server, prefix, count
+):
+    locks = await make_family_locks()
+    server.set(f"{prefix}:{{done}}:count", count)
+    latch = locks.latch("done")
+    for call, args in ((latch.count, ()), (latch.wait, (0.1,)), (latch.count_down, ())):
+        with pytest.raises(redlease.WrongKeyType):
+            await locks.run(call, *args)
+    assert server.get(f"{prefix}:{{done}}:count") == count
+
+
+@pytest.mark.parametrize("found", ["hash", "string without expiry"])
+async def test_looking_at_a_lock_names_a_foreign_value(make_family_locks, server, prefix, found):
+    """``locked()`` and ``owned()`` answer another program's value with WrongKeyType, as an
+    acquire does, instead of taking it for a holder (or failing on WRONGTYPE)."""
+    locks = await make_family_locks()
+    for key in (f"{prefix}:{{plain}}", f"{prefix}:{{doc}}:writer"):
+        if found == "hash":
+            server.hset(key, "field", "value")
+        else:
+            server.set(key, "not ours")
+    write = locks.rw_lock("doc").write
+    calls = [write.acquire]
+    if found == "hash":  # a string is read as a lease by these: its expiry is not looked at
+        calls += [write.locked, write.owned, locks.lock("plain").locked, locks.lock("plain").owned]
+    for call in calls:
+        with pytest.raises(redlease.WrongKeyType):
+            await locks.run(call)
+    with pytest.raises(redlease.WrongKeyType):
+        await locks.run(locks.rw_lock("doc").read.acquire, False)

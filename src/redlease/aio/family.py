@@ -49,10 +49,10 @@ class AsyncWriteLock(WriteLockBase[AsyncEngine], AsyncLock):
     """One writer at a time, and no reader meanwhile."""
 
     async def locked(self) -> bool:
-        return bool(await self._locks.client.exists(self.keys.writer))
+        return await self._peek(self.keys.writer) is not None
 
     async def owned(self) -> bool:
-        return self._is_ours(await self._locks.client.get(self.keys.writer))
+        return self._is_ours(await self._peek(self.keys.writer))
 
     async def _release_by(self, owner: Owner) -> ReleaseOutcome:
         reader = self._downgraded_reader(owner)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from redlease.aio._flavor import current_owner, fire
 from redlease.aio.engine import AsyncEngine
+from redlease.compat import ResponseErrors
 from redlease.core.base import LockBase
 from redlease.core.client_state import LocksT
 from redlease.core.lease import Lease, ReleaseOutcome
 from redlease.core.owner import Owner
 from redlease.core.protocol import NETWORK_ERRORS, extend_flow, unavailable
-from redlease.errors import LeaseLost, LockTimeout
+from redlease.core.replies import text_of
+from redlease.errors import LeaseLost, LockTimeout, WrongKeyType
 
 
 class AsyncLeaseHandle(LockBase[LocksT]):
@@ -99,17 +101,24 @@ class AsyncLock(AsyncLeaseHandle[AsyncEngine]):
 
     async def locked(self) -> bool:
         """Whether anyone holds the lock right now."""
-        await self._locks._on_this_loop()
-        try:
-            return bool(await self._locks.client.exists(self.keys.lease))
-        except NETWORK_ERRORS as exc:
-            raise unavailable(self.keys, "inspect", exc) from exc
+        return await self._peek(self.keys.lease) is not None
 
     async def owned(self) -> bool:
         """Whether the current owner holds the lock, as the server sees it."""
+        return self._is_ours(await self._peek(self.keys.lease))
+
+    async def _peek(self, key: str) -> object:
+        """The lease at ``key`` (``None``: free); another program's value there is a
+        :class:`WrongKeyType`, as for every other call."""
         await self._locks._on_this_loop()
         try:
-            return self._is_ours(await self._locks.client.get(self.keys.lease))
+            try:
+                return await self._locks.client.get(key)
+            except ResponseErrors as exc:
+                if "WRONGTYPE" not in str(exc):
+                    raise
+                found = text_of(await self._locks.client.type(key))
+                raise WrongKeyType(key, found, "string with an expiry (a lease)") from None
         except NETWORK_ERRORS as exc:
             raise unavailable(self.keys, "inspect", exc) from exc
 

@@ -6,13 +6,25 @@
 -- left (never below 0); get returns the count (0 when none is set: nothing to wait for);
 -- every op returns {-1, type, 1} when KEYS[1] holds another program's value (another type,
 -- or a string that is no integer), and leaves it as found.
+-- Whether Redis itself reads 'value' as a 64-bit integer (no sign but '-', no leading zero).
+local function redis_integer(value)
+  local sign, digits = string.match(value, '^(%-?)(%d+)$')
+  if not digits or (#digits > 1 and string.sub(digits, 1, 1) == '0') then
+    return false
+  end
+  if #digits ~= 19 then
+    return #digits < 19
+  end
+  return digits <= (sign == '-' and '9223372036854775808' or '9223372036854775807')
+end
+
 local op = ARGV[1]
 local found = redis.call('type', KEYS[1]).ok
 if found ~= 'none' then
   if found ~= 'string' then
     return {-1, found, 1}
   end
-  if not string.match(redis.call('get', KEYS[1]), '^%-?%d+$') then
+  if not redis_integer(redis.call('get', KEYS[1])) then
     return {-1, 'string that is not an integer', 1}
   end
 end

@@ -32,8 +32,8 @@ if holders_type ~= 'none' and holders_type ~= 'zset' then
   return {-1, holders_type, 1}
 end
 local writer_type = redis.call('type', writer).ok
-if writer_type ~= 'none' and writer_type ~= 'string' then
-  return {-1, writer_type, 2}
+if writer_type ~= 'none' and (writer_type ~= 'string' or redis.call('pttl', writer) < 0) then
+  return {-1, writer_type, 2}  -- ours always has an expiry
 end
 redis.call('zremrangebyscore', holders, '-inf', now)
 

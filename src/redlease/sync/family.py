@@ -50,10 +50,10 @@ class WriteLock(WriteLockBase[Engine], Lock):
     """One writer at a time, and no reader meanwhile."""
 
     def locked(self) -> bool:
-        return bool(self._locks.client.exists(self.keys.writer))
+        return self._peek(self.keys.writer) is not None
 
     def owned(self) -> bool:
-        return self._is_ours(self._locks.client.get(self.keys.writer))
+        return self._is_ours(self._peek(self.keys.writer))
 
     def _release_by(self, owner: Owner) -> ReleaseOutcome:
         reader = self._downgraded_reader(owner)

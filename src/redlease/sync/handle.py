@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+from redlease.compat import ResponseErrors
 from redlease.core.base import LockBase
 from redlease.core.client_state import LocksT
 from redlease.core.lease import Lease, ReleaseOutcome
 from redlease.core.owner import Owner
 from redlease.core.protocol import NETWORK_ERRORS, extend_flow, unavailable
-from redlease.errors import LeaseLost, LockTimeout
+from redlease.core.replies import text_of
+from redlease.errors import LeaseLost, LockTimeout, WrongKeyType
 from redlease.sync._flavor import current_owner, fire
 from redlease.sync.engine import Engine
 
@@ -100,17 +102,24 @@ class Lock(LeaseHandle[Engine]):
 
     def locked(self) -> bool:
         """Whether anyone holds the lock right now."""
-        self._locks._on_this_loop()
-        try:
-            return bool(self._locks.client.exists(self.keys.lease))
-        except NETWORK_ERRORS as exc:
-            raise unavailable(self.keys, "inspect", exc) from exc
+        return self._peek(self.keys.lease) is not None
 
     def owned(self) -> bool:
         """Whether the current owner holds the lock, as the server sees it."""
+        return self._is_ours(self._peek(self.keys.lease))
+
+    def _peek(self, key: str) -> object:
+        """The lease at ``key`` (``None``: free); another program's value there is a
+        :class:`WrongKeyType`, as for every other call."""
         self._locks._on_this_loop()
         try:
-            return self._is_ours(self._locks.client.get(self.keys.lease))
+            try:
+                return self._locks.client.get(key)
+            except ResponseErrors as exc:
+                if "WRONGTYPE" not in str(exc):
+                    raise
+                found = text_of(self._locks.client.type(key))
+                raise WrongKeyType(key, found, "string with an expiry (a lease)") from None
         except NETWORK_ERRORS as exc:
             raise unavailable(self.keys, "inspect", exc) from exc
 
