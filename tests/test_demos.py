@@ -180,7 +180,8 @@ def test_unrenewed_lease_expires_under_the_job_and_is_reported_lost(redlease_url
     assert figures["overlaps"] > 0
     assert figures["first_overlap_s"] >= 0.9  # not before the 1 s lease ran out
     assert figures["holder_lost"] is True
-    assert "expired" in figures["lost_reason"]
+    # told by its local deadline; the release's answer ("expired") may refine it later
+    assert any(word in figures["lost_reason"] for word in ("deadline", "expired"))
 
 
 def test_watchdog_narrates_each_renewal(redlease_url):
