@@ -126,6 +126,8 @@ def silent_server() -> Iterator[str]:
     [
         (["--url", "redis://127.0.0.1:1/0"], 69, "cannot reach"),
         (["--url", "notaurl"], 64, "--url"),
+        (["--url", "redis://127.0.0.1:1/abc"], 64, "--url"),
+        (["--ttl", "inf"], 64, "--ttl"),
         (["--workers", "0"], 64, "--workers"),
         (["--acquisitions", "0"], 64, "--acquisitions"),
         (["--names", "0"], 64, "--names"),

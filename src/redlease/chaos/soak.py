@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import tempfile
 from dataclasses import asdict
@@ -42,7 +43,8 @@ from redlease.chaos.interrupt import stop_signals
 from redlease.chaos.soak_run import Soak
 from redlease.chaos.soak_settings import SoakSettings, Target, private_target
 from redlease.commands.common import SHARED_HINT, ExitCode, UsageError, reach
-from redlease.errors import ServerUnavailable
+from redlease.compat import from_url
+from redlease.errors import InvalidArgument, ServerUnavailable
 
 PROG = "python -m redlease.chaos.soak"
 
@@ -133,11 +135,11 @@ def _settings(args: argparse.Namespace) -> SoakSettings:
         if getattr(args, option) < 1:
             raise UsageError(f"--{option} must be at least 1, not {getattr(args, option)}")
     for option in ("ttl", "acquire_timeout", "deadline"):
-        if not getattr(args, option) > 0:
-            raise UsageError(f"--{option.replace('_', '-')} must be above 0")
+        if not 0 < getattr(args, option) < math.inf:
+            raise UsageError(f"--{option.replace('_', '-')} must be a number of seconds above 0")
     for option in ("fault_every", "hold"):
-        if not getattr(args, option) >= 0:
-            raise UsageError(f"--{option.replace('_', '-')} must be 0 or more")
+        if not 0 <= getattr(args, option) < math.inf:
+            raise UsageError(f"--{option.replace('_', '-')} must be a number of seconds, 0 or more")
     return SoakSettings(
         workers=args.workers,
         acquisitions=args.acquisitions,
@@ -162,9 +164,9 @@ def _check_paths_and_server(args: argparse.Namespace) -> None:
             raise UsageError(f"--logs {args.logs}: {error.strerror or error}") from error
     if args.url is not None:
         try:
-            redis.Redis.from_url(args.url).close()
-        except ValueError as error:
-            raise UsageError(f"--url {args.url!r}: {error}") from error
+            from_url(redis.Redis.from_url, args.url).close()
+        except InvalidArgument as error:
+            raise UsageError(f"--url: {error}") from error
         reach(args.url, hint=SHARED_HINT)
 
 
