@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import signal
@@ -11,13 +12,18 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import redis
 
 import redlease
-from conftest import eventually, fence_key, token_in
+from conftest import eventually, fence_key, held_with_a_waiter, subscribed_channels, token_in
 from redlease import ReleaseOutcome
+from redlease.core.claims import ExclusiveClaim
+from redlease.core.waiters import WaiterBook
+from redlease.keys import LockKeys
 
 HOLDER = str(Path(__file__).with_name("holder.py"))
 
@@ -405,3 +411,44 @@ def test_errors_form_one_tree():
         assert issubclass(error, redlease.LockError)
     assert issubclass(redlease.LockTimeout, TimeoutError)
     assert os.environ.get("REDLEASE_NEVER_SET") is None
+
+
+async def test_a_hand_off_delivered_twice_never_frees_the_lease_it_granted(
+    make_locks, server, prefix
+):
+    """A failover can deliver a hand-off twice (a replica relays what its master published).
+    The copy that comes after the waiter took the lock names a token that holds it: the
+    client must not take it for a hand-off to a waiter that left and give the lease back."""
+    holder, waiting, _, waiter = await held_with_a_waiter(make_locks, "twice", 10, 10)
+    await holder.lock("twice").release()
+    handed = await asyncio.wait_for(waiter, 10)
+    (channel,) = subscribed_channels(server, f"{prefix}:*")
+    copy = f"{handed.fence}:{int(time.time() * 1000)}:{handed.token}"
+    for command in ("PUBLISH", "SPUBLISH"):
+        with contextlib.suppress(redis.ResponseError):  # SPUBLISH came with Redis 7
+            server.execute_command(command, channel, copy)
+    async with holder.lock("other"):  # a wait on the same client reads the copy
+        with pytest.raises(redlease.LockTimeout):
+            await waiting.lock("other", owner="w").acquire(timeout=0.3)
+    await asyncio.sleep(0.1)
+    assert token_in(server.get(f"{prefix}:{{twice}}")) == handed.token, "the lease was given back"
+    assert not handed.lost
+    assert await waiting.lock("twice", owner="w").release() is ReleaseOutcome.RELEASED
+
+
+def test_a_copy_of_the_hand_off_a_waiter_took_is_no_stray():
+    """The book of waiters behind the test above: a waiter that left with the lock is not
+    remembered as gone, so a copy of its hand-off (however late, and whatever the client's
+    threads are doing) is given back by nobody; one that left without it is."""
+    keys = LockKeys("twice", "p")
+    book: WaiterBook[Any] = WaiterBook()
+    took, gave_up = (
+        SimpleNamespace(channel="c", claim=ExclusiveClaim(keys, token, 1000, "publish"))
+        for token in ("took", "gave-up")
+    )
+    for waiter in (took, gave_up):
+        book.add(waiter)
+    book.remove(took, settled=True)
+    book.remove(gave_up)
+    assert book.deliver("c", "7:0:took", 0.0).stray is None
+    assert book.deliver("c", "8:0:gave-up", 0.0).stray is gave_up.claim

@@ -155,7 +155,7 @@ class AsyncNotifier:
         async with self._guard:
             if waiter.claim is not None and waiter.handoff is None and not settled:
                 self._expect_strays(waiter.channel)
-            if not self._book.remove(waiter):
+            if not self._book.remove(waiter, settled):
                 return
         commands = await self._commands()
         async with self._guard:

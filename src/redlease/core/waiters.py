@@ -77,13 +77,21 @@ class WaiterBook(Generic[W]):
         self._subscribed.add(waiter.channel)
         return True
 
-    def remove(self, waiter: W) -> bool:
+    def remove(self, waiter: W, settled: bool = False) -> bool:
         """Unregister a waiter; True when its channel must now be unsubscribed (a broadcast
-        channel nobody waits on any more)."""
+        channel nobody waits on any more).
+
+        A waiter that left without the lock is remembered, to give back a hand-off that
+        reaches it too late; one that ``settled`` holds the lease, so a hand-off naming it
+        later is a copy of the one it took (a failover can deliver a message twice) and
+        must not be given back: that would free a lease its holder is using.
+        """
         claim = waiter.claim
         if claim is not None:
             if self._by_token.get(claim.token) is waiter:
                 del self._by_token[claim.token]
+                if settled:
+                    return False
                 self._abandoned[claim.token] = claim
                 while len(self._abandoned) > ABANDONED_KEPT:
                     self._abandoned.popitem(last=False)

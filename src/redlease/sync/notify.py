@@ -156,7 +156,7 @@ class Notifier:
         with self._guard:
             if waiter.claim is not None and waiter.handoff is None and not settled:
                 self._expect_strays(waiter.channel)
-            if not self._book.remove(waiter):
+            if not self._book.remove(waiter, settled):
                 return
         commands = self._commands()
         with self._guard:
