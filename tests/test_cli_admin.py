@@ -338,9 +338,15 @@ def test_a_url_scheme_in_capitals_names_the_same_server(redlease_url, args):
     assert "Traceback" not in completed.stderr
 
 
-def test_a_refused_password_is_not_echoed(redlease_servers_factory):
+@pytest.mark.parametrize("where", ["user-info", "query"])
+def test_a_refused_password_is_not_echoed(redlease_servers_factory, where):
     (secured,) = redlease_servers_factory(1, "--requirepass", "right-pass")
-    completed = run_cli("ls", "--url", f"redis://:wrong-pass@127.0.0.1:{secured.port}/0", url=None)
+    url = (
+        f"redis://:wrong-pass@127.0.0.1:{secured.port}/0"
+        if where == "user-info"
+        else f"redis://127.0.0.1:{secured.port}/0?password=wrong-pass"
+    )
+    completed = run_cli("ls", "--url", url, url=None)
 
     assert completed.returncode == 69, completed.stderr
     assert "wrong-pass" not in completed.stderr

@@ -379,3 +379,19 @@ def test_closing_the_client_lets_a_running_on_lost_callback_finish(redlease_url,
         lease.on_lost(alert)
         assert started.wait(5), "the lease was not found lost"
     assert finished == [True]
+
+
+@pytest.mark.timeout(30)
+def test_a_client_closed_from_its_own_on_lost_callback_closes(redlease_url, prefix):
+    closed = threading.Event()
+    locks = redlease.Locks(redlease_url, prefix=prefix)
+
+    def close_the_client(_: Lease) -> None:
+        locks.close()
+        closed.set()
+
+    lease = locks.lock("closing", ttl=0.2).acquire()
+    lease.on_lost(close_the_client)
+    assert closed.wait(10), "close() from the callback raised or hung"
+    with pytest.raises(redlease.LockError, match="closed"):
+        locks.lock("again").acquire(timeout=0)

@@ -341,7 +341,10 @@ async def test_a_multi_lock_names_a_bad_name_before_it_sorts_them(make_family_lo
         locks.multi_lock(["ok", 123])
 
 
-@pytest.mark.parametrize("count", ["9223372036854775808", "12345678901234567890123", "007"])
+@pytest.mark.parametrize(
+    "count",
+    ["9223372036854775807", "9007199254740993", "12345678901234567890123", "007", "-0", "-5"],
+)
 async def test_a_latch_count_redis_cannot_read_as_an_integer_is_named(
     make_family_locks, server, prefix, count
 ):
@@ -373,3 +376,18 @@ async def test_looking_at_a_lock_names_a_foreign_value(make_family_locks, server
             await locks.run(call)
     with pytest.raises(redlease.WrongKeyType):
         await locks.run(locks.rw_lock("doc").read.acquire, False)
+
+
+async def test_a_latch_takes_every_count_it_can_keep_exactly_and_no_larger(make_family_locks):
+    """Counts travel through Lua numbers: up to 2^53 - 1 they stay exact; a larger one is
+    refused before anything is written, rather than read back wrong (2^63 - 1 as -2^63, so
+    that ``wait()`` found the latch open)."""
+    locks = await make_family_locks()
+    top, over = locks.latch("top"), locks.latch("over")
+    assert await locks.run(top.try_set_count, 2**53 - 1) is True
+    assert await locks.run(top.count) == 2**53 - 1
+    assert await locks.run(top.count_down) == 2**53 - 2
+    assert await locks.run(top.wait, 0) is False
+    with pytest.raises(redlease.InvalidArgument):
+        await locks.run(over.try_set_count, 2**53)
+    assert await locks.run(over.count) == 0

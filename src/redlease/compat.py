@@ -11,6 +11,7 @@ from __future__ import annotations
 import codecs
 import importlib
 import inspect
+import re
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any, TypeVar
@@ -142,12 +143,12 @@ def _lower_scheme(url: str) -> str:
 
 def redacted(url: str) -> str:
     """``url`` with its password, if any, replaced by ``***``: fit for a message."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.netloc.rpartition("@")[2]
-    return parts._replace(netloc=f"{user}:***@{host}").geturl()
+    parts = urlsplit(url.strip())
+    if parts.password is not None:
+        user, host = parts.username or "", parts.netloc.rpartition("@")[2]
+        parts = parts._replace(netloc=f"{user}:***@{host}")
+    query = re.sub(r"(?i)(^|&)(password=)[^&]*", r"\1\2***", parts.query)
+    return parts._replace(query=query).geturl()
 
 
 def _check_database(url: str) -> None:

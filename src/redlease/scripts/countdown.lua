@@ -6,16 +6,14 @@
 -- left (never below 0); get returns the count (0 when none is set: nothing to wait for);
 -- every op returns {-1, type, 1} when KEYS[1] holds another program's value (another type,
 -- or a string that is no integer), and leaves it as found.
--- Whether Redis itself reads 'value' as a 64-bit integer (no sign but '-', no leading zero).
-local function redis_integer(value)
-  local sign, digits = string.match(value, '^(%-?)(%d+)$')
+-- Whether 'value' is a count: a whole number from 0 to 2^53 - 1 (a Lua number is exact up
+-- to there), written as Redis writes one (no sign, no leading zero).
+local function exact_count(value)
+  local digits = string.match(value, '^%d+$')
   if not digits or (#digits > 1 and string.sub(digits, 1, 1) == '0') then
     return false
   end
-  if #digits ~= 19 then
-    return #digits < 19
-  end
-  return digits <= (sign == '-' and '9223372036854775808' or '9223372036854775807')
+  return #digits < 16 or (#digits == 16 and digits <= '9007199254740991')
 end
 
 local op = ARGV[1]
@@ -24,7 +22,7 @@ if found ~= 'none' then
   if found ~= 'string' then
     return {-1, found, 1}
   end
-  if not redis_integer(redis.call('get', KEYS[1])) then
+  if not exact_count(redis.call('get', KEYS[1])) then
     return {-1, 'string that is not an integer', 1}
   end
 end

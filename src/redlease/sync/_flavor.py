@@ -281,7 +281,8 @@ def finish_aside(threads: list[threading.Thread]) -> None:
     lost), for :data:`STOP_TIMEOUT_S` at most in all."""
     deadline = time.monotonic() + STOP_TIMEOUT_S
     for thread in threads:
-        thread.join(max(deadline - time.monotonic(), 0.0))
+        if thread is not threading.current_thread():  # close() called from a callback
+            thread.join(max(deadline - time.monotonic(), 0.0))
 
 
 class _LockFactory(Protocol):

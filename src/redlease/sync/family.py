@@ -124,6 +124,10 @@ class Semaphore(SemaphoreBase[Engine]):
         self._lost_at_exit(lease, outcome, body_failed=exc_info[0] is not None)
 
 
+MAX_COUNT = 2**53 - 1
+"""The largest latch count: the script counts in Lua numbers, exact up to here."""
+
+
 class CountDownLatch:
     """Wait until ``count`` events happened (``count_down`` calls), from any process."""
 
@@ -134,8 +138,8 @@ class CountDownLatch:
 
     def try_set_count(self, count: int, ttl: float | None = None) -> bool:
         """Start the latch at ``count``; False if it is already counting."""
-        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-            raise InvalidArgument(f"count must be a non-negative int, got {count!r}")
+        if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_COUNT:
+            raise InvalidArgument(f"count must be an int from 0 to 2^53 - 1, got {count!r}")
         ttl_ms = 0 if ttl is None else ttl_to_ms(ttl)
         return bool(self._call("set", count, ttl_ms))
 
