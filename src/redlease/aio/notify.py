@@ -122,13 +122,11 @@ class AsyncNotifier:
                 self._book.add(waiter)
             return waiter
         commands = await self._commands()
-        name, connect, _ = await node_of(self._client, channel)
         async with self._guard:
             if self._book.add(waiter):
                 self._confirmed[channel] = Flag()
                 try:
-                    link = await self._linked(name, connect)
-                    await link.connection.send_command(commands.subscribe, channel)
+                    link = await self._subscribed_link(channel, commands.subscribe)
                 except NETWORK_ERRORS:
                     self._book.remove(waiter)
                     self._book.forget(channel)
@@ -150,6 +148,21 @@ class AsyncNotifier:
             await self.leave(waiter)
             return None
         return waiter
+
+    async def _subscribed_link(self, channel: str, subscribe: str) -> AsyncLink:
+        """Subscribe ``channel`` where its slot lives; on a cluster, a node that fails is
+        followed by one more try after the slot map is read again (its master crashed)."""
+        for attempt in range(2):
+            name, connect, _ = await node_of(self._client, channel)
+            try:
+                link = await self._linked(name, connect)
+                await link.connection.send_command(subscribe, channel)
+                return link
+            except NETWORK_ERRORS:
+                if attempt or name == MAIN_LINK:
+                    raise
+                await refresh_topology(self._client)
+        raise AssertionError("unreachable")
 
     async def leave(self, waiter: AsyncWaiter, settled: bool = False) -> None:
         async with self._guard:
@@ -323,23 +336,16 @@ class AsyncNotifier:
                     flag.fail(error)
 
     async def _rehome(self, channels: list[str], dead: AsyncLink | None = None) -> None:
-        """Subscribe channels again where their slot lives now.
-
-        The waiters are not woken: their queue entries moved with the slot, so the next
-        release reaches them there. Waking them would send a retry that can still land on
-        the demoted master during the failover and take a lock the new master never sees. A
-        hand-off missed while moving is found by the waiter's next retry (at the holder's
-        TTL, via ``acquire.lua``'s own-token check).
-        """
+        """Subscribe channels again where their slot lives now (but a ``dead`` node's).
+        Their waiters are not woken: a retry could still land on a demoted master and take a
+        lock the new one never sees; their queue entries moved with the slot."""
         await refresh_topology(self._client)
         commands = await self._commands()
         for channel in channels:
             name, connect, _ = await node_of(self._client, channel)
             async with self._guard:
                 old = self._link_of.get(channel)
-                if not self._book.is_subscribed(channel) or (
-                    dead is not None and dead.name == name
-                ):
+                if not self._book.is_subscribed(channel) or (dead and dead.name == name):
                     continue  # the dead node's slot has no new owner yet: try again later
                 link = await self._linked(name, connect)
                 await link.connection.send_command(commands.subscribe, channel)
@@ -349,13 +355,9 @@ class AsyncNotifier:
                 self._link_of[channel] = link
 
     async def _reconnect(self, link: AsyncLink) -> bool:
-        """Reconnect with bounded backoff, resubscribe, and wake everyone to try again.
-
-        On a cluster a node that stays down gives its channels to the nodes that own their
-        slots now (after a failover, the promoted replica), and their waiters try again: a
-        release there before the move found nobody listening and skipped them. The dead
-        node cannot grant anything meanwhile, unlike a demoted one (see :meth:`_rehome`).
-        """
+        """Reconnect with bounded backoff, resubscribe, and wake everyone to try again. A
+        cluster node that stays down gives its channels to their slots' new owners, and their
+        waiters retry (a release meanwhile skipped them; a dead node grants nothing)."""
         for delay in RECONNECT_DELAYS:
             async with self._guard:
                 if link.connection is None or self._closing:

@@ -224,7 +224,10 @@ def alive(grant: Grant, now: float) -> bool:
 def _subscribe(claim: Claim, deadline: float, clock: Clock) -> Flow:
     """Listen on the waiter's channel; False when the caller's time ran out first."""
     remaining = deadline - clock()
-    confirmed = yield Subscribe(claim.channel, min(remaining, SUBSCRIBE_TIMEOUT_S), claim)
+    try:
+        confirmed = yield Subscribe(claim.channel, min(remaining, SUBSCRIBE_TIMEOUT_S), claim)
+    except NETWORK_ERRORS as exc:
+        raise unavailable(claim.keys, "wait for", exc) from exc
     if confirmed:
         return True
     if clock() >= deadline:

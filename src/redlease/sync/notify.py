@@ -123,13 +123,11 @@ class Notifier:
                 self._book.add(waiter)
             return waiter
         commands = self._commands()
-        name, connect, _ = node_of(self._client, channel)
         with self._guard:
             if self._book.add(waiter):
                 self._confirmed[channel] = Flag()
                 try:
-                    link = self._linked(name, connect)
-                    link.connection.send_command(commands.subscribe, channel)
+                    link = self._subscribed_link(channel, commands.subscribe)
                 except NETWORK_ERRORS:
                     self._book.remove(waiter)
                     self._book.forget(channel)
@@ -151,6 +149,21 @@ class Notifier:
             self.leave(waiter)
             return None
         return waiter
+
+    def _subscribed_link(self, channel: str, subscribe: str) -> Link:
+        """Subscribe ``channel`` where its slot lives; on a cluster, a node that fails is
+        followed by one more try after the slot map is read again (its master crashed)."""
+        for attempt in range(2):
+            name, connect, _ = node_of(self._client, channel)
+            try:
+                link = self._linked(name, connect)
+                link.connection.send_command(subscribe, channel)
+                return link
+            except NETWORK_ERRORS:
+                if attempt or name == MAIN_LINK:
+                    raise
+                refresh_topology(self._client)
+        raise AssertionError("unreachable")
 
     def leave(self, waiter: Waiter, settled: bool = False) -> None:
         with self._guard:
@@ -322,23 +335,16 @@ class Notifier:
                     flag.fail(error)
 
     def _rehome(self, channels: list[str], dead: Link | None = None) -> None:
-        """Subscribe channels again where their slot lives now.
-
-        The waiters are not woken: their queue entries moved with the slot, so the next
-        release reaches them there. Waking them would send a retry that can still land on
-        the demoted master during the failover and take a lock the new master never sees. A
-        hand-off missed while moving is found by the waiter's next retry (at the holder's
-        TTL, via ``acquire.lua``'s own-token check).
-        """
+        """Subscribe channels again where their slot lives now (but a ``dead`` node's).
+        Their waiters are not woken: a retry could still land on a demoted master and take a
+        lock the new one never sees; their queue entries moved with the slot."""
         refresh_topology(self._client)
         commands = self._commands()
         for channel in channels:
             name, connect, _ = node_of(self._client, channel)
             with self._guard:
                 old = self._link_of.get(channel)
-                if not self._book.is_subscribed(channel) or (
-                    dead is not None and dead.name == name
-                ):
+                if not self._book.is_subscribed(channel) or (dead and dead.name == name):
                     continue  # the dead node's slot has no new owner yet: try again later
                 link = self._linked(name, connect)
                 link.connection.send_command(commands.subscribe, channel)
@@ -348,13 +354,9 @@ class Notifier:
                 self._link_of[channel] = link
 
     def _reconnect(self, link: Link) -> bool:
-        """Reconnect with bounded backoff, resubscribe, and wake everyone to try again.
-
-        On a cluster a node that stays down gives its channels to the nodes that own their
-        slots now (after a failover, the promoted replica), and their waiters try again: a
-        release there before the move found nobody listening and skipped them. The dead
-        node cannot grant anything meanwhile, unlike a demoted one (see :meth:`_rehome`).
-        """
+        """Reconnect with bounded backoff, resubscribe, and wake everyone to try again. A
+        cluster node that stays down gives its channels to their slots' new owners, and their
+        waiters retry (a release meanwhile skipped them; a dead node grants nothing)."""
         for delay in RECONNECT_DELAYS:
             with self._guard:
                 if link.connection is None or self._closing:
