@@ -606,6 +606,23 @@ async def test_a_multi_lock_is_released_by_any_handle_of_its_names_and_owner(
     assert not held.lost
 
 
+async def test_a_multi_lock_tells_its_on_lost_callback_once_whatever_parts_are_lost(
+    make_family, server, prefix
+):
+    client = await make_family()
+    held = await client.multi_lock(["a", "b"], ttl=1, owner="job").acquire()
+    told: list[str] = []
+    held.on_lost(lambda lease: told.append(lease.name))
+    server.delete(f"{prefix}:{{a}}", f"{prefix}:{{b}}")
+    await eventually(lambda: all(lease.lost for lease in held.leases))
+    await asyncio.sleep(0.2)
+    assert len(told) == 1, told
+    assert told[0] in ("a", "b")
+    held.on_lost(lambda lease: told.append(f"late {lease.name}"))
+    assert len(told) == 2, told
+    assert told[1].startswith("late ")
+
+
 async def test_multi_lock_fences_strictly_increase_per_name_across_holders(make_family):
     clients = [await make_family() for _ in range(3)]
     subsets = [["x", "y"], ["y", "z"], ["z", "x"], ["x", "y", "z"]]

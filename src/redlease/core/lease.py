@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import threading
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
@@ -135,7 +136,6 @@ class MultiLease:
     """The leases of a multi-lock, one per name, in name order."""
 
     leases: list[Lease]
-    _callbacks: list[LostCallback] = field(default_factory=list, repr=False)
 
     @property
     def fences(self) -> dict[str, int]:
@@ -150,6 +150,14 @@ class MultiLease:
         return next((lease.lost_reason for lease in self.leases if lease.lost), None)
 
     def on_lost(self, callback: LostCallback) -> None:
-        """Call ``callback(lease)`` with the first part lease found lost."""
+        """Call ``callback(lease)`` once, with the first part lease found lost: losing one
+        part loses the multi-lock, and a later part's loss tells the holder nothing new."""
+        told = threading.Lock()
+
+        def first_loss(lease: Lease) -> object:
+            if not told.acquire(blocking=False):
+                return None
+            return callback(lease)
+
         for lease in self.leases:
-            lease.on_lost(callback)
+            lease.on_lost(first_loss)
