@@ -9,6 +9,7 @@ waiter's place in the queue, a lease a holder gave back) is lost on the way.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from typing import Any
 
@@ -129,6 +130,32 @@ async def test_a_holder_frees_its_lease_even_when_the_queue_key_is_foreign(
     server.set(f"{prefix}:{{freed}}:queue", "not a list")
     assert await lock.release() is ReleaseOutcome.RELEASED
     assert not server.exists(f"{prefix}:{{freed}}")
+
+
+@pytest.mark.parametrize("kind", ["lock", "fair_lock", "semaphore"])
+async def test_a_holder_frees_its_lease_past_queue_entries_it_cannot_read(
+    make_family_locks, server, prefix, kind
+):
+    """Another program's strings in a waiter queue are nobody to hand the lock to: the
+    release frees the lease and leaves them as found."""
+    locks = await make_family_locks()
+    queue = f"{prefix}:{{odd}}:queue"
+    if kind == "semaphore":
+        semaphore = locks.semaphore("odd", permits=1)
+        permit = await locks.run(semaphore.acquire)
+        server.rpush(queue, "not an entry", "12")
+        assert await locks.run(semaphore.release, permit) is ReleaseOutcome.RELEASED
+        assert not server.zcard(f"{prefix}:{{odd}}:holders")
+        with pytest.raises(redlease.WrongKeyType) as raised:
+            await locks.run(functools.partial(semaphore.acquire, timeout=0.5))
+        assert raised.value.key == queue
+    else:
+        lock = getattr(locks, kind)("odd", ttl=30)
+        await locks.run(lock.acquire)
+        server.rpush(queue, "not an entry", "12")
+        assert await locks.run(lock.release) is ReleaseOutcome.RELEASED
+        assert not server.exists(f"{prefix}:{{odd}}")
+    assert server.lrange(queue, 0, -1) == ["not an entry", "12"]
 
 
 async def queued_waiters(server: redis.Redis, queue: str, count: int) -> list[str]:

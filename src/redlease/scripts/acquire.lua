@@ -37,6 +37,9 @@ if ARGV[3] == '1' and redis.call('exists', lease) == 0 then
       break
     end
     local head_ttl, head_client, head_token = entry_parts(head)
+    if not head_ttl then
+      break  -- another program's entry: nobody to hand to; it stays as found
+    end
     local fence, err = draw_fence(fence_key)
     if not fence then
       return {-2, err}

@@ -31,6 +31,9 @@ if type(value) == 'string' and token_of(value) == ARGV[1] then
       break
     end
     local ttl, client, token = entry_parts(head)
+    if not ttl then
+      break  -- another program's entry: nobody to hand to; it stays as found
+    end
     local fence = draw_fence(fence_key)
     if not fence then
       -- no hand-off: wake it to try (and learn why)

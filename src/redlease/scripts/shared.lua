@@ -60,7 +60,8 @@ end
 -- Hand the lease to waiters at the head of the queue for as long as they fit; a waiter
 -- whose channel has no subscriber (crashed, or gave up) is dropped. Returns the fence
 -- when the caller itself ('me', a queue member) was at the head and got in, or nil and
--- the error when no fence could be drawn.
+-- the error when no fence could be drawn, or nil, nil, true when the head is not an entry
+-- of ours.
 local function dispatch(me)
   local numsub = ARGV[6] == 'spublish' and 'shardnumsub' or 'numsub'
   for _ = 1, 64 do
@@ -71,6 +72,9 @@ local function dispatch(me)
     local want = string.sub(head, 1, 1)
     local ttl, client, who = entry_parts(string.sub(head, 3))
     local lease_ms = tonumber(ttl)
+    if not lease_ms or (want ~= 'r' and want ~= 'w') then
+      return nil, nil, true  -- another program's entry: nobody to hand to; left as found
+    end
     local listeners = head == me and {0, 1} or redis.pcall('pubsub', numsub, ARGV[7] .. client)
     if type(listeners[2]) == 'number' and listeners[2] == 0 then
       redis.call('lpop', queue)  -- a waiter nobody listens for any more: skip it now
@@ -118,7 +122,10 @@ end
 
 if op == 'acquire' then
   local member = mode .. ':' .. ARGV[4] .. ':' .. ARGV[10] .. ':' .. token
-  local fence, err = dispatch(member)
+  local fence, err, foreign = dispatch(member)
+  if foreign then
+    return {-1, 'list holding entries of another program', 3}
+  end
   if fence then
     return {1, fence}
   end
