@@ -378,6 +378,53 @@ async def test_waiters_are_handed_the_lock_after_their_slots_master_crashes(
         await asyncio.to_thread(cluster.wait_until_ok, 20)
 
 
+@pytest.mark.timeout(180)
+async def test_two_waiters_of_one_client_are_handed_the_lock_in_turn_after_a_master_crash(
+    make_cluster_locks, cluster, prefix, round_trip, flavor
+):
+    """Two waiters of one client share its channel in the slot; the second joined the
+    queue just before the crash. Each release after the failover hands the lock on within
+    round trips and the notifier's move to the new owner: neither waits out a lease.
+    (Their order can change: a release before the move finds nobody listening, and both
+    try again once woken.)"""
+    key = f"{prefix}:{{salary}}"
+    queue = f"{prefix}:{{salary}}:queue"
+    crashed = cluster.master_for_key(key)
+    holder, waiting, lease, first = await held_with_a_waiter(
+        make_cluster_locks, "salary", 30, 90, {"ttl": 30}
+    )
+    with node_client(crashed) as client:
+        assert await eventually(lambda: client.llen(queue) == 1, 5)
+        other = waiting.locks if flavor == "sync" else waiting  # its own thread
+        acquire = other.lock("salary", owner="w2", ttl=30).acquire
+        second = asyncio.create_task(
+            asyncio.to_thread(acquire, timeout=90) if flavor == "sync" else acquire(timeout=90)
+        )
+        assert await eventually(lambda: client.llen(queue) == 2, 5)
+    cluster.kill(crashed)
+    try:
+        await asyncio.to_thread(cluster.wait_until_ok, 30)
+        assert cluster.master_for_key(key) is not crashed
+        bound = allowing(round_trip, quiet=3.0)
+        owners = {first: "w", second: "w2"}
+        fences = [lease.fence]
+        releasing = holder.lock("salary")
+        for turn in ("first", "second"):
+            released_at = time.monotonic()
+            assert await releasing.release() is ReleaseOutcome.RELEASED
+            done, _ = await asyncio.wait(owners, timeout=60, return_when=asyncio.FIRST_COMPLETED)
+            waited = time.monotonic() - released_at
+            assert waited < bound, f"the {turn} hand-off took {waited:.2f} s"
+            task = done.pop()
+            fences.append(task.result().fence)
+            releasing = waiting.lock("salary", owner=owners.pop(task))
+        assert await releasing.release() is ReleaseOutcome.RELEASED
+        assert fences == sorted(set(fences))
+    finally:
+        crashed.restart()
+        await asyncio.to_thread(cluster.wait_until_ok, 20)
+
+
 async def test_a_multi_lock_keeps_the_parts_it_holds_alive_while_it_waits_for_the_rest(
     make_cluster_locks, cluster, prefix
 ):
