@@ -36,6 +36,7 @@ from redis.backoff import NoBackoff
 
 import redlease
 from conftest import SyncLocksAdapter, eventually, subscribed_channels, token_in
+from redlease.compat import redacted
 from redlease.server import EmbeddedServer, free_port
 
 TESTS = Path(__file__).resolve().parent
@@ -592,6 +593,7 @@ def test_a_forked_child_neither_releases_nor_renews_the_parents_lease(redlease_u
         "redis://h:99999/0",
         "redis://h/abc",
         "redis://h/-1",
+        "redis://[::1:6379/0",
     ],
 )
 @pytest.mark.parametrize("make", [redlease.Locks, redlease.AsyncLocks, redlease.Redlock])
@@ -599,6 +601,33 @@ def test_a_url_that_is_no_server_url_is_invalid_input(make, url):
     """Every error is a LockError: a mistyped URL too, with what a URL looks like."""
     with pytest.raises(redlease.InvalidArgument, match="redis://HOST:PORT/DB"):
         make([url] if make is redlease.Redlock else url)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://user:s3cr#et@h:6379/0",
+        "redis://user:s3cr/et@h:6379/0",
+        "redis://user:s3cr?et@h:6379/0",
+        "redis://:s3cr@et@h:6379/0",
+        "redis://h:6379/0?password=s3cret#x",
+        "redis://[::1:6379/0?password=s3cret",
+    ],
+)
+@pytest.mark.parametrize("make", [redlease.Locks, redlease.AsyncLocks, redlease.Redlock])
+def test_a_url_is_never_echoed_with_its_password(make, url):
+    """Whatever the password holds, and whether a parser accepts the URL or not, an error
+    about it shows ``***`` where the password was, and no piece of it."""
+    try:
+        client = make([url] if make is redlease.Redlock else url)
+    except redlease.InvalidArgument as error:
+        message = str(error)
+    else:
+        if make is not redlease.AsyncLocks:
+            client.close()
+        message = redacted(url)
+    assert "s3cr" not in message, message
+    assert "***" in message
 
 
 @pytest.mark.parametrize("make", [redlease.Locks, redlease.AsyncLocks, redlease.Redlock])

@@ -127,8 +127,11 @@ def from_url(make: Callable[[str], T], url: str) -> T:
         _check_database(url.strip())
         return make(_lower_scheme(url))
     except ValueError as error:  # an unknown scheme, a port out of range, a bad db number
+        shown = redacted(url)
+        # the parser's message quotes pieces of the URL: a password's too, when there is one
+        why = f" ({error})" if shown == url.strip() else ""
         raise InvalidArgument(
-            f"{redacted(url)!r} is not a server URL ({error}): write redis://HOST:PORT/DB, "
+            f"{shown!r} is not a server URL{why}: write redis://HOST:PORT/DB, "
             "rediss://HOST:PORT/DB for TLS, or unix:///path/to/socket"
         ) from None
 
@@ -141,14 +144,18 @@ def _lower_scheme(url: str) -> str:
     return scheme.lower() + colon + rest
 
 
+_USER_PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^:/?#@]*:).*@", re.DOTALL)
+_QUERY_PASSWORD = re.compile(r"(?i)([?&]password=)[^&#]*")
+
+
 def redacted(url: str) -> str:
-    """``url`` with its password, if any, replaced by ``***``: fit for a message."""
-    parts = urlsplit(url.strip())
-    if parts.password is not None:
-        user, host = parts.username or "", parts.netloc.rpartition("@")[2]
-        parts = parts._replace(netloc=f"{user}:***@{host}")
-    query = re.sub(r"(?i)(^|&)(password=)[^&]*", r"\1\2***", parts.query)
-    return parts._replace(query=query).geturl()
+    """``url`` with its password, if any, replaced by ``***``: fit for a message.
+
+    Works on the text as written, so a URL no parser accepts is masked too, and a password
+    holding ``#``, ``/``, ``?`` or ``@`` unencoded is masked whole: everything from the
+    user's colon to the last ``@`` (more than the password, never less)."""
+    masked = _USER_PASSWORD.sub(r"\1***@", url.strip())
+    return _QUERY_PASSWORD.sub(r"\1***", masked)
 
 
 def _check_database(url: str) -> None:
