@@ -14,6 +14,7 @@ the cluster is ok again.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -417,7 +418,9 @@ async def test_two_waiters_of_one_client_are_handed_the_lock_in_turn_after_a_mas
             assert waited < bound, f"the {turn} hand-off took {waited:.2f} s"
             task = done.pop()
             fences.append(task.result().fence)
-            releasing = waiting.lock("salary", owner=owners.pop(task))
+            releasing = other.lock("salary", owner=owners.pop(task))
+            if flavor == "sync":  # not on the client's test thread, busy with a waiter
+                releasing.release = functools.partial(asyncio.to_thread, releasing.release)
         assert await releasing.release() is ReleaseOutcome.RELEASED
         assert fences == sorted(set(fences))
     finally:
@@ -520,3 +523,25 @@ def test_a_plain_client_on_a_cluster_node_gets_a_clear_error(cluster, prefix):
     with redlease.Locks(redis.Redis(port=node.port), prefix=prefix) as locks:
         with pytest.raises(redlease.InvalidArgument, match="cluster=True"):
             locks.lock("anything").acquire(timeout=0)
+
+
+@pytest.mark.timeout(120)
+async def test_a_cluster_with_no_node_left_is_server_unavailable_to_every_call(make_locks, prefix):
+    """redis-py says "Redis Cluster cannot be connected" with an exception of its own (no
+    ConnectionError); to the caller it is the server being unreachable, on the plain try
+    and on the subscription of a client that met contention on the name lately."""
+    cluster = LocalCluster(masters=3, replicas_per_master=0).start()
+    try:
+        locks = await make_locks(cluster.url, cluster=True, prefix=prefix)
+        lock = locks.lock("gone")
+        await lock.acquire()
+        await lock.release()
+        for node in cluster.nodes:
+            node.kill()
+        with pytest.raises(redlease.ServerUnavailable):
+            await lock.acquire(timeout=2)
+        locks._note_contention(lock.keys.lease)  # its next acquire listens first
+        with pytest.raises(redlease.ServerUnavailable):
+            await lock.acquire(timeout=2)
+    finally:
+        cluster.stop()

@@ -68,6 +68,15 @@ AskErrors = _errors("AskError")
 AuthenticationErrors = _errors("AuthenticationError")
 NoPermissionErrors = _errors("NoPermissionError")
 ClusterErrors = _errors("RedisClusterException")
+"""What redis-py's cluster client raises when no node answers, or the nodes do not agree on
+the slots (mid-failover): no ConnectionError, though that is what it stands for."""
+
+
+def cluster_unreachable(error: BaseException) -> Exception:
+    """A :data:`ClusterErrors` error as the ConnectionError it stands for (a network error
+    to every flow, which says ``ServerUnavailable``)."""
+    return ConnectionErrors[0](f"the cluster cannot be reached: {error}")
+
 
 Clients = _classes(":Redis", ".cluster:RedisCluster")
 """Sync clients: ``redis.Redis``, ``redis.RedisCluster`` and their valkey-py twins."""
