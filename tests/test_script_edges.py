@@ -20,6 +20,7 @@ import redlease
 from conftest import fence_key, measure_round_trip
 from redlease import ReleaseOutcome
 from redlease.core.subscriptions import has_sharded_pubsub
+from redlease.server import EmbeddedServer
 
 BEYOND_DOUBLES = 2**53 + 2
 """A counter whose next token, 2^53 + 3, is the first a Lua number (a double) rounds."""
@@ -403,6 +404,36 @@ async def test_looking_at_a_lock_names_a_foreign_value(make_family_locks, server
             await locks.run(call)
     with pytest.raises(redlease.WrongKeyType):
         await locks.run(locks.rw_lock("doc").read.acquire, False)
+
+
+async def test_a_readers_owned_names_a_foreign_value_at_the_holders(
+    make_family_locks, server, prefix
+):
+    locks = await make_family_locks()
+    read = locks.rw_lock("doc").read
+    await locks.run(read.acquire)
+    holders = f"{prefix}:{{doc}}:holders"
+    server.delete(holders)
+    server.set(holders, "not ours")
+    with pytest.raises(redlease.WrongKeyType) as raised:
+        await locks.run(read.owned)
+    assert raised.value.key == holders
+    assert server.get(holders) == "not ours"
+
+
+async def test_the_family_says_server_unavailable_when_its_server_is_gone(make_locks, flavor):
+    """A reader's ``owned()`` and a latch's ``wait()`` too, as every other call."""
+    with EmbeddedServer() as gone:
+        locks = await make_locks(gone.url)
+        family = locks.locks if flavor == "sync" else locks
+        read, latch = family.rw_lock("doc").read, family.latch("gate")
+        calls = [read.acquire, functools.partial(latch.try_set_count, 1)]
+        for call in calls:
+            await (asyncio.to_thread(call) if flavor == "sync" else call())
+        gone.kill()
+        for call in (read.owned, functools.partial(latch.wait, 1)):
+            with pytest.raises(redlease.ServerUnavailable):
+                await (asyncio.to_thread(call) if flavor == "sync" else call())
 
 
 async def test_a_latch_takes_every_count_it_can_keep_exactly_and_no_larger(make_family_locks):

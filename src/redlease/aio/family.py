@@ -42,7 +42,10 @@ class AsyncReadLock(ReadLockBase[AsyncEngine], AsyncLock):
         lease = self.lease
         if lease is None:
             return False
-        return await self._locks.client.zscore(self.keys.holders, lease.token) is not None
+        holders = self.keys.holders
+        return (
+            await self._look("sorted set (the holders)", "ZSCORE", holders, lease.token) is not None
+        )
 
 
 class AsyncWriteLock(WriteLockBase[AsyncEngine], AsyncLock):
@@ -151,9 +154,7 @@ class AsyncCountDownLatch:
 
     async def wait(self, timeout: float | None = None) -> bool:
         """True once the count is zero (or no count is set); False after ``timeout``."""
-        flow = latch_wait_flow(
-            await self._op("get"), self.keys.broadcast, timeout, self._locks._clock
-        )
+        flow = latch_wait_flow(await self._op("get"), self.keys, timeout, self._locks._clock)
         return bool(await self._locks._drive(flow))
 
     async def _op(self, operation: str, count: int = 0, ttl_ms: int = 0) -> RunScript:

@@ -110,15 +110,21 @@ class AsyncLock(AsyncLeaseHandle[AsyncEngine]):
     async def _peek(self, key: str) -> object:
         """The lease at ``key`` (``None``: free); another program's value there is a
         :class:`WrongKeyType`, as for every other call."""
+        return await self._look("string with an expiry (a lease)", "GET", key)
+
+    async def _look(self, expected: str, command: str, key: str, *args: object) -> object:
+        """One read-only command on ``key``, whose errors are ours: a key of another type
+        is a :class:`WrongKeyType` (``expected`` names what belongs there), and no answer
+        is :class:`ServerUnavailable`."""
         await self._locks._on_this_loop()
         try:
             try:
-                return await self._locks.client.get(key)
+                return await self._locks.client.execute_command(command, key, *args)
             except ResponseErrors as exc:
                 if "WRONGTYPE" not in str(exc):
                     raise
                 found = text_of(await self._locks.client.type(key))
-                raise WrongKeyType(key, found, "string with an expiry (a lease)") from None
+                raise WrongKeyType(key, found, expected) from None
         except NETWORK_ERRORS as exc:
             raise unavailable(self.keys, "inspect", exc) from exc
 

@@ -325,19 +325,25 @@ def release_reason(code: int) -> str | None:
 
 
 def latch_wait_flow(
-    operation: RunScript, channel: str, timeout: float | None, clock: Clock
+    operation: RunScript, keys: LockKeys, timeout: float | None, clock: Clock
 ) -> Flow:
     """Wait until the latch's count is zero: check, subscribe, check again, wait, check."""
     deadline = math.inf if timeout is None else clock() + timeout
     subscribed = False
+    channel = keys.broadcast
     while True:
-        if int(script_answer(operation, (yield operation))) <= 0:  # type: ignore[call-overload]
+        count = yield from call_flow(operation, keys, "wait for")
+        if int(count) <= 0:
             return True
         remaining = deadline - clock()
         if remaining <= 0:
             return False
         if not subscribed:
-            if not (yield Subscribe(channel, min(remaining, SUBSCRIBE_TIMEOUT_S))):
+            try:
+                confirmed = yield Subscribe(channel, min(remaining, SUBSCRIBE_TIMEOUT_S))
+            except NETWORK_ERRORS as exc:
+                raise unavailable(keys, "wait for", exc) from exc
+            if not confirmed:
                 if clock() >= deadline:
                     return False
                 raise ServerUnavailable(f"the subscription to {channel!r} was not confirmed")

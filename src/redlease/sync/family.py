@@ -43,7 +43,8 @@ class ReadLock(ReadLockBase[Engine], Lock):
         lease = self.lease
         if lease is None:
             return False
-        return self._locks.client.zscore(self.keys.holders, lease.token) is not None
+        holders = self.keys.holders
+        return self._look("sorted set (the holders)", "ZSCORE", holders, lease.token) is not None
 
 
 class WriteLock(WriteLockBase[Engine], Lock):
@@ -152,7 +153,7 @@ class CountDownLatch:
 
     def wait(self, timeout: float | None = None) -> bool:
         """True once the count is zero (or no count is set); False after ``timeout``."""
-        flow = latch_wait_flow(self._op("get"), self.keys.broadcast, timeout, self._locks._clock)
+        flow = latch_wait_flow(self._op("get"), self.keys, timeout, self._locks._clock)
         return bool(self._locks._drive(flow))
 
     def _op(self, operation: str, count: int = 0, ttl_ms: int = 0) -> RunScript:
