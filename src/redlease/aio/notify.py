@@ -119,11 +119,12 @@ class AsyncNotifier:
         waiter = AsyncWaiter(self, channel, claim)
         if self.listening(channel):  # the common case: the client's channel is ready
             async with self._guard:
-                self._book.add(waiter)
-            return waiter
+                if self.listening(channel):  # still: a leave() may have come first
+                    self._book.add(waiter)
+                    return waiter
         commands = await self._commands()
         async with self._guard:
-            if self._book.add(waiter):
+            if self._book.add(waiter) or channel not in self._confirmed:
                 self._confirmed[channel] = Flag()
                 try:
                     link = await self._subscribed_link(channel, commands.subscribe)
@@ -165,13 +166,13 @@ class AsyncNotifier:
         raise AssertionError("unreachable")
 
     async def leave(self, waiter: AsyncWaiter, settled: bool = False) -> None:
+        """Let a waiter go, unsubscribing a channel left unused in the same guarded step."""
+        commands = await self._commands()
         async with self._guard:
             if waiter.claim is not None and waiter.handoff is None and not settled:
                 self._expect_strays(waiter.channel)
             if not self._book.remove(waiter, settled):
                 return
-        commands = await self._commands()
-        async with self._guard:
             self._confirmed.pop(waiter.channel, None)
             link = self._link_of.pop(waiter.channel, None)
             if link is None:
