@@ -346,6 +346,23 @@ async def test_an_async_on_lost_callback_that_raises_is_logged_like_a_sync_one(
     ]
 
 
+async def test_an_async_on_lost_callback_given_to_a_lease_already_lost_runs(redlease_url, prefix):
+    """``on_lost`` runs a callback "at once if it is" lost: an ``async def`` one too,
+    scheduled on the loop (its coroutine was made and dropped, never awaited)."""
+    ran = asyncio.Event()
+
+    async def told(lease: Lease) -> None:
+        await asyncio.sleep(0)
+        ran.set()
+
+    async with redlease.AsyncLocks(redlease_url, prefix=prefix) as locks:
+        lease = await locks.lock("late", ttl=0.05).acquire()
+        await asyncio.sleep(0.1)
+        assert lease.lost
+        lease.on_lost(told)
+        await asyncio.wait_for(ran.wait(), 2)
+
+
 @pytest.mark.timeout(30)
 def test_a_slow_on_lost_callback_holds_up_no_other_lease(redlease_url, prefix, round_trip):
     """A callback that takes seconds (an alert over a slow network) runs beside the renewal

@@ -9,7 +9,7 @@ from typing import TypeVar
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from redlease.aio._flavor import ASYNCIO
+from redlease.aio._flavor import ASYNCIO, fire
 from redlease.aio.renewer import AsyncRenewer
 from redlease.compat import check_client, from_url
 from redlease.core.client_state import LocksBase
@@ -22,6 +22,7 @@ class AsyncClient(LocksBase):
     _renewer: AsyncRenewer
 
     def _adopt(self, lease: Lease, role: str | None) -> bool:
+        lease._fire = fire
         if super()._adopt(lease, role) or not self._renewer.running():
             self._renewer.wake()
             return True

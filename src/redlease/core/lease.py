@@ -47,6 +47,10 @@ class ReleaseOutcome(enum.Enum):
     EXPIRED = "expired"
 
 
+def _run_now(lease: Lease, callbacks: list[LostCallback]) -> None:
+    run_callbacks(callbacks, lease)
+
+
 @dataclass(eq=False)
 class Lease:
     """One grant of one lock to one owner.
@@ -77,6 +81,8 @@ class Lease:
     _clock: Callable[[], float] = field(default=time.monotonic, repr=False)
     _reason: str | None = field(default=None, init=False)
     _callbacks: list[LostCallback] = field(default_factory=list, repr=False)
+    _fire: Callable[[Lease, list[LostCallback]], None] = field(default=_run_now, repr=False)
+    """How the client runs lost callbacks (the asyncio flavour schedules coroutines)."""
 
     @property
     def lost(self) -> bool:
@@ -98,9 +104,7 @@ class Lease:
         if self._reason is None and not self.lost:
             self._callbacks.append(callback)
             return
-        for pending in self._mark_lost(PAST_DEADLINE):
-            _call_safely(pending, self)
-        _call_safely(callback, self)
+        self._fire(self, [*self._mark_lost(PAST_DEADLINE), callback])
 
     def _mark_lost(self, reason: str) -> list[LostCallback]:
         """Record the loss once; return the callbacks the caller must now run.

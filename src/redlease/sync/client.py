@@ -13,7 +13,7 @@ from redis.cluster import RedisCluster
 from redlease.compat import check_client, from_url
 from redlease.core.client_state import LocksBase
 from redlease.core.lease import Lease
-from redlease.sync._flavor import ASYNCIO
+from redlease.sync._flavor import ASYNCIO, fire
 from redlease.sync.renewer import Renewer
 
 ClientT = TypeVar("ClientT", bound="Client")
@@ -23,6 +23,7 @@ class Client(LocksBase):
     _renewer: Renewer
 
     def _adopt(self, lease: Lease, role: str | None) -> bool:
+        lease._fire = fire
         if super()._adopt(lease, role) or not self._renewer.running():
             self._renewer.wake()
             return True
