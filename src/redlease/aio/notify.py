@@ -41,8 +41,7 @@ from redlease.errors import ServerRefused
 logger = logging.getLogger("redlease")
 CONFIRM_TIMEOUT_S = 10.0
 STRAY_WINDOW_S = 1.0
-"""How long after a waiter left without its hand-off the reader keeps watching: a hand-off
-sent just before the waiter withdrew arrives by then, and is given back."""
+"""How long the reader watches after a waiter left: a hand-off sent meanwhile is given back."""
 RECONNECT_DELAYS = (0.05, 0.1, 0.2, 0.5) + (1.0,) * 60
 """About a minute of attempts before the notifier gives up (waiters still wake on TTL)."""
 
@@ -359,6 +358,7 @@ class AsyncNotifier:
         """Reconnect with bounded backoff, resubscribe, and wake everyone to try again. A
         cluster node that stays down gives its channels to their slots' new owners, and their
         waiters retry (a release meanwhile skipped them; a dead node grants nothing)."""
+        moving: set[str] = set()  # every channel of the link, also those moved in earlier passes
         for delay in RECONNECT_DELAYS:
             async with self._guard:
                 if link.connection is None or self._closing:
@@ -366,7 +366,7 @@ class AsyncNotifier:
                 if await link.resubscribed(await self._commands()):
                     self._wake(link.channels)
                     return True
-            moving = set(link.channels)
+            moving |= link.channels
             if link.name not in (MAIN_LINK, SENTINEL_LINK) and await self._moved_away(link):
                 async with self._guard:
                     self._wake(moving)  # a release while they moved found no one listening

@@ -42,8 +42,7 @@ from redlease.sync.links import LINK_ERRORS, MAIN_LINK, SENTINEL_LINK, SWITCH_MA
 logger = logging.getLogger("redlease")
 CONFIRM_TIMEOUT_S = 10.0
 STRAY_WINDOW_S = 1.0
-"""How long after a waiter left without its hand-off the reader keeps watching: a hand-off
-sent just before the waiter withdrew arrives by then, and is given back."""
+"""How long the reader watches after a waiter left: a hand-off sent meanwhile is given back."""
 RECONNECT_DELAYS = (0.05, 0.1, 0.2, 0.5) + (1.0,) * 60
 """About a minute of attempts before the notifier gives up (waiters still wake on TTL)."""
 
@@ -358,6 +357,7 @@ class Notifier:
         """Reconnect with bounded backoff, resubscribe, and wake everyone to try again. A
         cluster node that stays down gives its channels to their slots' new owners, and their
         waiters retry (a release meanwhile skipped them; a dead node grants nothing)."""
+        moving: set[str] = set()  # every channel of the link, also those moved in earlier passes
         for delay in RECONNECT_DELAYS:
             with self._guard:
                 if link.connection is None or self._closing:
@@ -365,7 +365,7 @@ class Notifier:
                 if link.resubscribed(self._commands()):
                     self._wake(link.channels)
                     return True
-            moving = set(link.channels)
+            moving |= link.channels
             if link.name not in (MAIN_LINK, SENTINEL_LINK) and self._moved_away(link):
                 with self._guard:
                     self._wake(moving)  # a release while they moved found no one listening
