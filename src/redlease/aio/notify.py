@@ -40,8 +40,7 @@ from redlease.errors import ServerRefused
 
 logger = logging.getLogger("redlease")
 CONFIRM_TIMEOUT_S = 10.0
-STRAY_WINDOW_S = 1.0
-"""How long the reader watches after a waiter left: a hand-off sent meanwhile is given back."""
+STRAY_WINDOW_S = 1.0  # how long the reader watches after a waiter left, for late hand-offs
 RECONNECT_DELAYS = (0.05, 0.1, 0.2, 0.5) + (1.0,) * 60
 """About a minute of attempts before the notifier gives up (waiters still wake on TTL)."""
 
@@ -83,6 +82,7 @@ class AsyncNotifier:
         self._client = client
         self._clock = clock
         self._commands = commands
+        self._unsubscribe = "UNSUBSCRIBE"  # or SUNSUBSCRIBE: learnt when subscribing
         self._on_stray = on_stray
         """Told of a hand-off that reached a waiter that had left: the client gives it back."""
         self._book: WaiterBook[AsyncWaiter] = WaiterBook()
@@ -122,6 +122,7 @@ class AsyncNotifier:
                     self._book.add(waiter)
                     return waiter
         commands = await self._commands()
+        self._unsubscribe = commands.unsubscribe
         async with self._guard:
             if self._book.add(waiter) or channel not in self._confirmed:
                 self._confirmed[channel] = Flag()
@@ -166,7 +167,6 @@ class AsyncNotifier:
 
     async def leave(self, waiter: AsyncWaiter, settled: bool = False) -> None:
         """Let a waiter go, unsubscribing a channel left unused in the same guarded step."""
-        commands = await self._commands()
         async with self._guard:
             if waiter.claim is not None and waiter.handoff is None and not settled:
                 self._expect_strays(waiter.channel)
@@ -179,7 +179,7 @@ class AsyncNotifier:
             link.channels.discard(waiter.channel)
             if link.connection is not None:
                 try:
-                    await link.connection.send_command(commands.unsubscribe, waiter.channel)
+                    await link.connection.send_command(self._unsubscribe, waiter.channel)
                 except NETWORK_ERRORS:
                     logger.debug("unsubscribe from %r failed; reconnecting", waiter.channel)
 

@@ -41,8 +41,7 @@ from redlease.sync.links import LINK_ERRORS, MAIN_LINK, SENTINEL_LINK, SWITCH_MA
 
 logger = logging.getLogger("redlease")
 CONFIRM_TIMEOUT_S = 10.0
-STRAY_WINDOW_S = 1.0
-"""How long the reader watches after a waiter left: a hand-off sent meanwhile is given back."""
+STRAY_WINDOW_S = 1.0  # how long the reader watches after a waiter left, for late hand-offs
 RECONNECT_DELAYS = (0.05, 0.1, 0.2, 0.5) + (1.0,) * 60
 """About a minute of attempts before the notifier gives up (waiters still wake on TTL)."""
 
@@ -84,6 +83,7 @@ class Notifier:
         self._client = client
         self._clock = clock
         self._commands = commands
+        self._unsubscribe = "UNSUBSCRIBE"  # or SUNSUBSCRIBE: learnt when subscribing
         self._on_stray = on_stray
         """Told of a hand-off that reached a waiter that had left: the client gives it back."""
         self._book: WaiterBook[Waiter] = WaiterBook()
@@ -123,6 +123,7 @@ class Notifier:
                     self._book.add(waiter)
                     return waiter
         commands = self._commands()
+        self._unsubscribe = commands.unsubscribe
         with self._guard:
             if self._book.add(waiter) or channel not in self._confirmed:
                 self._confirmed[channel] = Flag()
@@ -167,7 +168,6 @@ class Notifier:
 
     def leave(self, waiter: Waiter, settled: bool = False) -> None:
         """Let a waiter go, unsubscribing a channel left unused in the same guarded step."""
-        commands = self._commands()
         with self._guard:
             if waiter.claim is not None and waiter.handoff is None and not settled:
                 self._expect_strays(waiter.channel)
@@ -180,7 +180,7 @@ class Notifier:
             link.channels.discard(waiter.channel)
             if link.connection is not None:
                 try:
-                    link.connection.send_command(commands.unsubscribe, waiter.channel)
+                    link.connection.send_command(self._unsubscribe, waiter.channel)
                 except NETWORK_ERRORS:
                     logger.debug("unsubscribe from %r failed; reconnecting", waiter.channel)
 
