@@ -538,6 +538,9 @@ async def test_a_cluster_with_no_node_left_is_server_unavailable_to_every_call(m
         await lock.release()
         for node in cluster.nodes:
             node.kill()
+        for look in (lock.locked, lock.owned):
+            with pytest.raises(redlease.ServerUnavailable):
+                await look()
         with pytest.raises(redlease.ServerUnavailable):
             await lock.acquire(timeout=2)
         locks._note_contention(lock.keys.lease)  # its next acquire listens first

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from redlease.aio._flavor import current_owner, fire
 from redlease.aio.engine import AsyncEngine
-from redlease.compat import ResponseErrors
+from redlease.compat import ClusterErrors, ResponseErrors, cluster_unreachable
 from redlease.core.base import LockBase
 from redlease.core.client_state import LocksT
 from redlease.core.lease import Lease, ReleaseOutcome
 from redlease.core.owner import Owner
 from redlease.core.protocol import NETWORK_ERRORS, extend_flow, unavailable
 from redlease.core.replies import text_of
-from redlease.errors import LeaseLost, LockTimeout, WrongKeyType
+from redlease.errors import LeaseLost, LockTimeout, ServerRefused, WrongKeyType
 
 
 class AsyncLeaseHandle(LockBase[LocksT]):
@@ -114,15 +114,18 @@ class AsyncLock(AsyncLeaseHandle[AsyncEngine]):
 
     async def _look(self, expected: str, command: str, key: str, *args: object) -> object:
         """One read-only command on ``key``, whose errors are ours: a key of another type
-        is a :class:`WrongKeyType` (``expected`` names what belongs there), and no answer
-        is :class:`ServerUnavailable`."""
+        is a :class:`WrongKeyType` (``expected`` names what belongs there), another refusal
+        (a cluster that is down) :class:`ServerRefused`, and no answer (no cluster node
+        either) :class:`ServerUnavailable`."""
         await self._locks._on_this_loop()
         try:
             try:
                 return await self._locks.client.execute_command(command, key, *args)
+            except ClusterErrors as exc:
+                raise cluster_unreachable(exc) from exc
             except ResponseErrors as exc:
                 if "WRONGTYPE" not in str(exc):
-                    raise
+                    raise ServerRefused(f"the server refused a look at {key!r}: {exc}") from exc
                 found = text_of(await self._locks.client.type(key))
                 raise WrongKeyType(key, found, expected) from None
         except NETWORK_ERRORS as exc:
