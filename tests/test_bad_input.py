@@ -612,6 +612,11 @@ def test_a_url_that_is_no_server_url_is_invalid_input(make, url):
         "redis://:s3cr@et@h:6379/0",
         "redis://h:6379/0?password=s3cret#x",
         "redis://[::1:6379/0?password=s3cret",
+        "redis:/user:s3cret@h:6379/0",
+        "user:s3cret@h:6379/0",
+        "//user:s3cr#et@h:6379/0",
+        "redis:user:s3cret@h:6379/0",
+        "redis://h:6379/x?password=9999#s3cret",
     ],
 )
 @pytest.mark.parametrize("make", [redlease.Locks, redlease.AsyncLocks, redlease.Redlock])

@@ -153,18 +153,24 @@ def _lower_scheme(url: str) -> str:
     return scheme.lower() + colon + rest
 
 
-_USER_PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^:/?#@]*:).*@", re.DOTALL)
-_QUERY_PASSWORD = re.compile(r"(?i)([?&]password=)[^&#]*")
+_QUERY_PASSWORD = re.compile(r"(?i)([?&]password=)[^&]*")
 
 
 def redacted(url: str) -> str:
     """``url`` with its password, if any, replaced by ``***``: fit for a message.
 
-    Works on the text as written, so a URL no parser accepts is masked too, and a password
-    holding ``#``, ``/``, ``?`` or ``@`` unencoded is masked whole: everything from the
-    user's colon to the last ``@`` (more than the password, never less)."""
-    masked = _USER_PASSWORD.sub(r"\1***@", url.strip())
-    return _QUERY_PASSWORD.sub(r"\1***", masked)
+    Works on the text as written, so a URL no parser accepts is masked too (a slash or the
+    scheme missing), and a password holding ``#``, ``/``, ``?`` or ``@`` unencoded is
+    masked whole: everything from the first colon of the user part to the last ``@``
+    (sometimes more than the password, never less)."""
+    text = url.strip()
+    if "@" in text:
+        head, tail = text.rsplit("@", 1)
+        start = head.find("://") + 3 if "://" in head else 0
+        colon = head.find(":", start)
+        if colon >= 0:
+            text = f"{head[: colon + 1]}***@{tail}"
+    return _QUERY_PASSWORD.sub(r"\1***", text)
 
 
 def _check_database(url: str) -> None:
