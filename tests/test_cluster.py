@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -36,7 +37,7 @@ from conftest import (
     token_in,
 )
 from redlease import Lease, LockTimeout, ReleaseOutcome
-from redlease.server import EmbeddedServer
+from redlease.server import EmbeddedServer, free_port
 from redlease.topology import LocalCluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(90)]
@@ -532,7 +533,8 @@ async def test_a_cluster_with_no_node_left_is_server_unavailable_to_every_call(m
     and on the subscription of a client that met contention on the name lately."""
     cluster = LocalCluster(masters=3, replicas_per_master=0).start()
     try:
-        locks = await make_locks(cluster.url, cluster=True, prefix=prefix)
+        url = cluster.url  # asked of a live node
+        locks = await make_locks(url, cluster=True, prefix=prefix)
         lock = locks.lock("gone")
         await lock.acquire()
         await lock.release()
@@ -546,5 +548,10 @@ async def test_a_cluster_with_no_node_left_is_server_unavailable_to_every_call(m
         locks._note_contention(lock.keys.lease)  # its next acquire listens first
         with pytest.raises(redlease.ServerUnavailable):
             await lock.acquire(timeout=2)
+        nowhere = f"redis://127.0.0.1:{free_port()}/0"
+        for url, first_use in itertools.product((url, nowhere), ("locked", "try_acquire")):
+            with pytest.raises(redlease.ServerUnavailable):  # made now: at once or at first use
+                fresh = await make_locks(url, cluster=True, prefix=prefix)
+                await getattr(fresh.lock("new"), first_use)()
     finally:
         cluster.stop()

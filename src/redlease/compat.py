@@ -17,7 +17,7 @@ from types import ModuleType
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
-from redlease.errors import InvalidArgument
+from redlease.errors import InvalidArgument, ServerUnavailable
 
 T = TypeVar("T")
 
@@ -135,6 +135,10 @@ def from_url(make: Callable[[str], T], url: str) -> T:
     try:
         _check_database(url.strip())
         return make(_lower_scheme(url))
+    except ClusterErrors as error:  # a cluster client connects at once, to learn the slots
+        raise ServerUnavailable(
+            f"could not reach the cluster at {redacted(url)!r}: {error}"
+        ) from None
     except ValueError as error:  # an unknown scheme, a port out of range, a bad db number
         shown = redacted(url)
         # the parser's message quotes pieces of the URL: a password's too, when there is one

@@ -211,7 +211,8 @@ _clients: weakref.WeakSet[LocksBase] = weakref.WeakSet()
 
 def _after_fork_in_child() -> None:
     for client in list(_clients):
-        client._after_fork()
+        if hasattr(client, "client"):  # not one whose construction failed: it holds nothing
+            client._after_fork()
 
 
 if hasattr(os, "register_at_fork"):
