@@ -72,12 +72,6 @@ ClusterErrors = _errors("RedisClusterException")
 the slots (mid-failover): no ConnectionError, though that is what it stands for."""
 
 
-def cluster_unreachable(error: BaseException) -> Exception:
-    """A :data:`ClusterErrors` error as the ConnectionError it stands for (a network error
-    to every flow, which says ``ServerUnavailable``)."""
-    return ConnectionErrors[0](f"the cluster cannot be reached: {error}")
-
-
 Clients = _classes(":Redis", ".cluster:RedisCluster")
 """Sync clients: ``redis.Redis``, ``redis.RedisCluster`` and their valkey-py twins."""
 ClusterClients = _classes(".cluster:RedisCluster")

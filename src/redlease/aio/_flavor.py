@@ -11,7 +11,7 @@ import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from redlease.compat import AsyncClusterClients, ClusterErrors, cluster_unreachable, library_of
+from redlease.compat import AsyncClusterClients, library_of
 from redlease.core.lease import Lease, LostCallback, run_callbacks
 from redlease.core.owner import Owner
 from redlease.errors import InvalidArgument, LockError
@@ -143,10 +143,7 @@ async def node_of(client: Any, key: str) -> tuple[str, Callable[[], Any], Any]:
     if not is_cluster(client):
         pool = client.connection_pool
         return "main", pool.make_connection, client
-    try:
-        await client.initialize()
-    except ClusterErrors as exc:
-        raise cluster_unreachable(exc) from exc
+    await client.initialize()
     node = client.get_node_from_key(key)
     if node.name not in _node_clients:
         library = library_of(client).asyncio
@@ -164,10 +161,7 @@ async def node_of(client: Any, key: str) -> tuple[str, Callable[[], Any], Any]:
 
 async def refresh_topology(client: Any) -> None:
     if is_cluster(client):
-        try:
-            await client.nodes_manager.initialize()
-        except ClusterErrors as exc:
-            raise cluster_unreachable(exc) from exc
+        await client.nodes_manager.initialize()
 
 
 async def master_moved(client: Any) -> bool:

@@ -34,7 +34,7 @@ from redlease.aio.driver import run_flow
 from redlease.aio.notify import AsyncNotifier
 from redlease.aio.renewer import AsyncRenewer
 from redlease.aio.scripts import Scripts
-from redlease.compat import ClusterErrors, ResponseErrors, narrow_encoding
+from redlease.compat import ResponseErrors, narrow_encoding
 from redlease.core.base import LeasedBase
 from redlease.core.hooks import ERROR, Hooks, combine
 from redlease.core.lease import PAST_DEADLINE, Lease, ReleaseOutcome
@@ -248,7 +248,7 @@ class AsyncEngine(AsyncClient):
         """The publish command, or :class:`ServerUnavailable` naming the lock."""
         try:
             return (await self._commands()).publish
-        except (*NETWORK_ERRORS, *ClusterErrors) as exc:  # a cluster client's first contact
+        except NETWORK_ERRORS as exc:
             raise unavailable(keys, "use", exc) from exc
 
     def _atomic_for(self, keys: Sequence[LockKeys]) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from redlease.aio._flavor import current_owner, fire
 from redlease.aio.engine import AsyncEngine
-from redlease.compat import ClusterErrors, ResponseErrors, cluster_unreachable
+from redlease.compat import ResponseErrors
 from redlease.core.base import LockBase
 from redlease.core.client_state import LocksT
 from redlease.core.lease import Lease, ReleaseOutcome
@@ -121,8 +121,6 @@ class AsyncLock(AsyncLeaseHandle[AsyncEngine]):
         try:
             try:
                 return await self._locks.client.execute_command(command, key, *args)
-            except ClusterErrors as exc:
-                raise cluster_unreachable(exc) from exc
             except ResponseErrors as exc:
                 if "WRONGTYPE" not in str(exc):
                     raise ServerRefused(f"the server refused a look at {key!r}: {exc}") from exc

@@ -19,11 +19,9 @@ from redlease._packing import pack
 from redlease.aio._flavor import concurrently, is_cluster, node_of, refresh_topology, send_now
 from redlease.compat import (
     AskErrors,
-    ClusterErrors,
     ConnectionErrors,
     NoScriptErrors,
     ResponseErrors,
-    cluster_unreachable,
 )
 from redlease.core.ops import RunScript
 from redlease.core.protocol import NETWORK_ERRORS
@@ -70,13 +68,10 @@ class Scripts:
         if self.cluster:
             execute: Any = self.client.execute_command  # untyped in the sync redis-py client
             try:
-                try:
-                    sha = SHA_OF[id(op.script)]
-                    return await execute("EVALSHA", sha, len(keys), *keys, *op.args)
-                except NoScriptErrors:
-                    return await execute("EVAL", op.script.source, len(keys), *keys, *op.args)
-            except ClusterErrors as exc:
-                raise cluster_unreachable(exc) from exc
+                sha = SHA_OF[id(op.script)]
+                return await execute("EVALSHA", sha, len(keys), *keys, *op.args)
+            except NoScriptErrors:
+                return await execute("EVAL", op.script.source, len(keys), *keys, *op.args)
         return await self._direct(op)
 
     async def _direct(self, op: RunScript) -> Any:

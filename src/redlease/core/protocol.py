@@ -13,7 +13,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from redlease.compat import AuthenticationErrors, ConnectionErrors, TimeoutErrors
+from redlease.compat import AuthenticationErrors, ClusterErrors, ConnectionErrors, TimeoutErrors
 from redlease.core.lease import local_deadline
 from redlease.core.ops import Claim, Operation, RunScript, Subscribe, Wait
 from redlease.core.replication import ReplicaShortfall
@@ -30,7 +30,10 @@ from redlease.scripts import ScriptName
 Clock = Callable[[], float]
 Flow = Generator[Operation, Any, Any]
 
-NETWORK_ERRORS: tuple[type[Exception], ...] = (*ConnectionErrors, *TimeoutErrors)
+NETWORK_ERRORS: tuple[type[Exception], ...] = (*ConnectionErrors, *TimeoutErrors, *ClusterErrors)
+"""No answer from the server. redis-py's cluster client says so with RedisClusterException
+(no node answers, or the nodes disagree on the slots), which is no ConnectionError; our
+scripts are single-slot, so that is the only meaning it can have for us."""
 EXPIRY_SLACK_S = 0.002
 """Added to a holder's remaining TTL when waiting on it, so the retry finds it expired."""
 

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Protocol, TypeVar
 
-from redlease.compat import ClusterClients, ClusterErrors, cluster_unreachable
+from redlease.compat import ClusterClients
 from redlease.core.lease import Lease, LostCallback, run_callbacks
 from redlease.core.owner import Owner
 from redlease.errors import InvalidArgument
@@ -200,10 +200,7 @@ def master_moved(client: Any) -> bool:
 
 def refresh_topology(client: Any) -> None:
     if is_cluster(client):
-        try:
-            client.nodes_manager.initialize()
-        except ClusterErrors as exc:
-            raise cluster_unreachable(exc) from exc
+        client.nodes_manager.initialize()
 
 
 NO_LOOP: Any = None

@@ -19,7 +19,7 @@ from typing import Any
 from redis import Redis
 from redis.cluster import RedisCluster
 
-from redlease.compat import ClusterErrors, ResponseErrors, narrow_encoding
+from redlease.compat import ResponseErrors, narrow_encoding
 from redlease.core.base import LeasedBase
 from redlease.core.hooks import ERROR, Hooks, combine
 from redlease.core.lease import PAST_DEADLINE, Lease, ReleaseOutcome
@@ -245,7 +245,7 @@ class Engine(Client):
         """The publish command, or :class:`ServerUnavailable` naming the lock."""
         try:
             return (self._commands()).publish
-        except (*NETWORK_ERRORS, *ClusterErrors) as exc:  # a cluster client's first contact
+        except NETWORK_ERRORS as exc:
             raise unavailable(keys, "use", exc) from exc
 
     def _atomic_for(self, keys: Sequence[LockKeys]) -> bool:

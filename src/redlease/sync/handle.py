@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from redlease.compat import ClusterErrors, ResponseErrors, cluster_unreachable
+from redlease.compat import ResponseErrors
 from redlease.core.base import LockBase
 from redlease.core.client_state import LocksT
 from redlease.core.lease import Lease, ReleaseOutcome
@@ -122,8 +122,6 @@ class Lock(LeaseHandle[Engine]):
         try:
             try:
                 return self._locks.client.execute_command(command, key, *args)
-            except ClusterErrors as exc:
-                raise cluster_unreachable(exc) from exc
             except ResponseErrors as exc:
                 if "WRONGTYPE" not in str(exc):
                     raise ServerRefused(f"the server refused a look at {key!r}: {exc}") from exc

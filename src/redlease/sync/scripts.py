@@ -19,11 +19,9 @@ from redis.cluster import RedisCluster
 from redlease._packing import pack
 from redlease.compat import (
     AskErrors,
-    ClusterErrors,
     ConnectionErrors,
     NoScriptErrors,
     ResponseErrors,
-    cluster_unreachable,
 )
 from redlease.core.ops import RunScript
 from redlease.core.protocol import NETWORK_ERRORS
@@ -71,13 +69,10 @@ class Scripts:
         if self.cluster:
             execute: Any = self.client.execute_command  # untyped in the sync redis-py client
             try:
-                try:
-                    sha = SHA_OF[id(op.script)]
-                    return execute("EVALSHA", sha, len(keys), *keys, *op.args)
-                except NoScriptErrors:
-                    return execute("EVAL", op.script.source, len(keys), *keys, *op.args)
-            except ClusterErrors as exc:
-                raise cluster_unreachable(exc) from exc
+                sha = SHA_OF[id(op.script)]
+                return execute("EVALSHA", sha, len(keys), *keys, *op.args)
+            except NoScriptErrors:
+                return execute("EVAL", op.script.source, len(keys), *keys, *op.args)
         return self._direct(op)
 
     def _direct(self, op: RunScript) -> Any:
