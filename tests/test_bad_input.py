@@ -603,6 +603,21 @@ def test_a_url_that_is_no_server_url_is_invalid_input(make, url):
         make([url] if make is redlease.Redlock else url)
 
 
+@pytest.mark.parametrize("query", ["bogus=1", "socket_timeout=2&sockettimeout=2"])
+@pytest.mark.parametrize("make", [redlease.Locks, redlease.AsyncLocks, redlease.Redlock])
+def test_an_unknown_url_option_is_invalid_input_at_once(make, query, redlease_url):
+    """redis-py keeps an option it does not know and fails on it at the first connection,
+    with a TypeError; a typo in a URL is refused where the URL is given, by name."""
+    url = f"{redlease_url}?{query}"
+    with pytest.raises(redlease.InvalidArgument, match="bogus|sockettimeout"):
+        make([url] if make is redlease.Redlock else url)
+
+
+def test_an_unknown_url_option_of_a_cluster_is_invalid_input():
+    with pytest.raises(redlease.InvalidArgument, match="bogus"):
+        redlease.AsyncLocks("redis://127.0.0.1:1/0?bogus=1", cluster=True)
+
+
 @pytest.mark.parametrize(
     "url",
     [

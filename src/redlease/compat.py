@@ -128,7 +128,17 @@ def from_url(make: Callable[[str], T], url: str) -> T:
     :class:`~redlease.InvalidArgument` that says what a URL looks like."""
     try:
         _check_database(url.strip())
-        return make(_lower_scheme(url))
+        client = make(_lower_scheme(url))
+        _check_options(client)
+        return client
+    except TypeError as error:
+        option = _UNEXPECTED_OPTION.search(str(error))
+        if option is None:
+            raise
+        raise InvalidArgument(
+            f"{redacted(url)!r} has the option {option[1]!r}, which the client does not know"
+            " (see redis-py's from_url for the ones it does)"
+        ) from None
     except ClusterErrors as error:  # a cluster client connects at once, to learn the slots
         raise ServerUnavailable(
             f"could not reach the cluster at {redacted(url)!r}: {error}"
@@ -141,6 +151,18 @@ def from_url(make: Callable[[str], T], url: str) -> T:
             f"{shown!r} is not a server URL{why}: write redis://HOST:PORT/DB, "
             "rediss://HOST:PORT/DB for TLS, or unix:///path/to/socket"
         ) from None
+
+
+_UNEXPECTED_OPTION = re.compile(r"unexpected keyword argument '(\w+)'")
+
+
+def _check_options(client: Any) -> None:
+    """redis-py keeps a URL option it does not know and fails on it at the first connection,
+    with a TypeError; making a connection object (no I/O) finds it where the URL is given.
+    A cluster client's constructor finds it itself."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is not None:
+        pool.connection_class(**pool.connection_kwargs)
 
 
 def _lower_scheme(url: str) -> str:
