@@ -609,7 +609,7 @@ def test_an_unknown_url_option_is_invalid_input_at_once(make, query, redlease_ur
     """redis-py keeps an option it does not know and fails on it at the first connection,
     with a TypeError; a typo in a URL is refused where the URL is given, by name."""
     url = f"{redlease_url}?{query}"
-    with pytest.raises(redlease.InvalidArgument, match="bogus|sockettimeout"):
+    with pytest.raises(redlease.InvalidArgument, match=r"bogus|sockettimeout"):
         make([url] if make is redlease.Redlock else url)
 
 
