@@ -23,6 +23,7 @@ import redlease
 from conftest import measure_round_trip, renewing_ttl
 from redlease import ReleaseOutcome
 from redlease.aio.engine import INLINE_WITHDRAWAL_S
+from redlease.chaos.proxy import ProxyHub
 from redlease.core.withdrawal import (
     KEEP_TRYING_S,
     LATE_COMMAND_S,
@@ -39,6 +40,23 @@ SCHEDULING_SLACK_S = 0.5
 
 def our_connections(server: redis.Redis, client_name: str) -> list[int]:
     return [int(c["id"]) for c in server.client_list() if c.get("name") == client_name]
+
+
+def settles(admin: redis.Redis, key: str, client_name: str, within: float) -> bool:
+    """Whether ``key`` is gone and the named client has no connection, within ``within``."""
+    deadline = time.monotonic() + within
+    while admin.exists(key) or our_connections(admin, client_name):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def named_url(url: str, name: str, socket_timeout: float) -> str:
+    return (
+        f"{url}?client_name={name}&socket_timeout={socket_timeout}"
+        f"&socket_connect_timeout={socket_timeout}"
+    )
 
 
 def kill(server: redis.Redis, ids: list[int]) -> None:
@@ -246,33 +264,42 @@ GHOST_TTL_S = 30.0
 """Long enough that a grant left behind would outlast the test by far."""
 
 
-@pytest.mark.parametrize("closed", [False, True], ids=["open", "closed at once"])
+@pytest.mark.parametrize("closed", ["open", "closed", "closed, made from a URL"])
 @pytest.mark.parametrize("flavor", ["sync", "async"])
 def test_an_attempt_a_stopped_server_runs_when_it_resumes_is_withdrawn(prefix, flavor, closed):
     """An acquire given up on a stopped server (cancelled, or failed at the socket timeout)
     is still in the server's socket and runs when it resumes, granting the lock to nobody.
     Withdrawals go on from the background until the server answers, even once the client
-    is closed, so the lock is free soon after the resume, not a whole TTL later."""
+    is closed, so the lock is free soon after the resume, not a whole TTL later; on a
+    client made from a URL, the connection the withdrawal opened after ``close()`` is
+    closed again when it is done."""
     socket_timeout = 0.3
     stopped_for = 8 * socket_timeout  # every withdrawal sent meanwhile fails
     options = {"socket_timeout": socket_timeout, "socket_connect_timeout": socket_timeout}
+    name = f"ghost-{uuid.uuid4().hex[:8]}"
     with EmbeddedServer() as server, redis.Redis.from_url(server.url) as admin:
+        owned = closed == "closed, made from a URL"
+        url = named_url(server.url, name, socket_timeout)
 
         def free_soon(key: str) -> float:
             resumed = time.monotonic()
             while admin.exists(key) and time.monotonic() - resumed < GHOST_TTL_S / 3:
                 time.sleep(0.05)
-            return time.monotonic() - resumed
+            freed_after = time.monotonic() - resumed
+            if owned:  # the withdrawal's second try comes LATE_COMMAND_S after the first
+                assert settles(admin, key, name, 2 * LATE_COMMAND_S + SCHEDULING_SLACK_S)
+            return freed_after
 
         if flavor == "sync":
-            locks = redlease.Locks(redis.Redis.from_url(server.url, **options), prefix=prefix)
+            client = url if owned else redis.Redis.from_url(server.url, **options)
+            locks = redlease.Locks(client, prefix=prefix)
             lock = locks.lock("ghost", ttl=GHOST_TTL_S)
             locks.lock("warm").try_acquire()
             server.pause()
             try:
                 with pytest.raises(redlease.ServerUnavailable):
                     lock.acquire(timeout=0.1)
-                if closed:
+                if closed != "open":
                     locks.close()
                 time.sleep(stopped_for)
             finally:
@@ -282,7 +309,7 @@ def test_an_attempt_a_stopped_server_runs_when_it_resumes_is_withdrawn(prefix, f
         else:
 
             async def scenario() -> float:
-                client = redis.asyncio.Redis.from_url(server.url, **options)
+                client = url if owned else redis.asyncio.Redis.from_url(server.url, **options)
                 locks = redlease.AsyncLocks(client, prefix=prefix)
                 lock = locks.lock("ghost", ttl=GHOST_TTL_S)
                 await locks.lock("warm").try_acquire()
@@ -290,11 +317,12 @@ def test_an_attempt_a_stopped_server_runs_when_it_resumes_is_withdrawn(prefix, f
                 try:
                     with pytest.raises(asyncio.TimeoutError):
                         await asyncio.wait_for(lock.acquire(), 0.1)
-                    if closed:
+                    if closed != "open":
                         await locks.aclose()
                     await asyncio.sleep(stopped_for)
                 finally:
                     server.resume()
+                # the withdrawal is a task of this loop: keep the loop running meanwhile
                 freed_after = await asyncio.to_thread(free_soon, lock.keys.lease)
                 await locks.aclose()
                 return freed_after
@@ -320,3 +348,46 @@ def test_background_withdrawals_stop_after_a_second_answer_or_the_keep_trying_ti
     assert max(silent) == LONGEST_PAUSE_S
     assert sum(pauses([False] * 1_000, 90_000)) <= 90.0
     assert sum(pauses([False] * 1_000, 90_000)) > KEEP_TRYING_S
+
+
+@pytest.mark.parametrize("flavor", ["sync", "async"])
+def test_close_waits_for_a_release_sent_to_the_background(prefix, flavor):
+    """A lease found lost when released is released from the background; ``close()`` right
+    after lets that release land first (here over a link of 100 ms each way), and then no
+    connection of the client stays open."""
+    name = f"bg-{uuid.uuid4().hex[:8]}"
+    ttl = 0.2
+    with (
+        EmbeddedServer() as server,
+        redis.Redis.from_url(server.url) as admin,
+        ProxyHub() as hub,
+    ):
+        link = hub.link("127.0.0.1", server.port)
+        url = named_url(link.url, name, socket_timeout=5.0)
+        if flavor == "sync":
+            locks: Any = redlease.Locks(url, prefix=prefix)
+            lock = locks.lock("short", ttl=ttl, renew=False)
+            lock.acquire()
+            assert admin.pexpire(lock.keys.lease, 10_000)  # kept on the server...
+            link.set(delay=0.1)
+            time.sleep(ttl * 1.2)  # ...and lost here
+            assert lock.release() is ReleaseOutcome.EXPIRED
+            locks.close()
+        else:
+
+            async def scenario() -> Any:
+                locks = redlease.AsyncLocks(url, prefix=prefix)
+                lock = locks.lock("short", ttl=ttl, renew=False)
+                await lock.acquire()
+                assert admin.pexpire(lock.keys.lease, 10_000)
+                link.set(delay=0.1)
+                await asyncio.sleep(ttl * 1.2)
+                assert await lock.release() is ReleaseOutcome.EXPIRED
+                await locks.aclose()
+                return lock
+
+            lock = asyncio.run(scenario())
+        assert not admin.exists(lock.keys.lease), "close() returned before the release landed"
+        # the proxy passes the close on after its delay
+        assert settles(admin, lock.keys.lease, name, 0.1 + SCHEDULING_SLACK_S)
+        assert our_connections(admin, name) == []

@@ -17,6 +17,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "src" / "redlease"
 GENERATED = (
+    "background.py",
     "client.py",
     "driver.py",
     "engine.py",

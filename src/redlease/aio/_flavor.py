@@ -254,6 +254,11 @@ class Worker:
         self._task.cancel()
         await asyncio.wait([self._task])
 
+    async def wait(self, within: float) -> None:
+        """Let the loop end by itself, for ``within`` seconds at most."""
+        if within > 0:
+            await asyncio.wait([self._task], timeout=within)
+
 
 async def _logged(loop: Callable[[], Awaitable[None]], name: str) -> None:
     try:

@@ -247,6 +247,11 @@ class Worker:
         if self._thread is not threading.current_thread():
             self._thread.join(STOP_TIMEOUT_S)
 
+    def wait(self, within: float) -> None:
+        """Let the loop end by itself, for ``within`` seconds at most."""
+        if within > 0 and self._thread is not threading.current_thread():
+            self._thread.join(within)
+
 
 def _logged(loop: Callable[[], None], name: str) -> None:
     try:

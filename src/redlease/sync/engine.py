@@ -36,26 +36,23 @@ from redlease.core.protocol import (
     acquire_flow,
     give_back,
     release_flow,
-    release_reason,
     unavailable,
 )
 from redlease.core.renewal import renewal_answers, renewal_calls
 from redlease.core.replication import ReplicaAcks, ReplicaShortfall
 from redlease.core.subscriptions import PubSubCommands, has_sharded_pubsub, is_denied
-from redlease.core.withdrawal import LATE_COMMAND_S, withdrawal_pauses
 from redlease.errors import InvalidArgument, LockError, NotReplicated, ServerUnavailable
 from redlease.keys import DEFAULT_PREFIX, LockKeys, ttl_to_ms
 from redlease.sync._flavor import (
     INTERRUPTIONS,
-    Worker,
     current_loop,
     fire,
     forget_connections,
     loop_is_over,
     master_moved,
     shielded,
-    sleep,
 )
+from redlease.sync.background import Background
 from redlease.sync.client import Client, redis_client
 from redlease.sync.driver import run_flow
 from redlease.sync.notify import Notifier
@@ -98,8 +95,7 @@ class Engine(Client):
         self._watching = False
         self._ready_publish: str | None = None
         """The publish command once :meth:`_commands` has run: later acquires skip the call."""
-        self._finishing: set[Worker] = set()
-        """Interrupted releases being sent again (kept here so that they run to the end)."""
+        self._background = self._new_background()
         self._loop: Any = None
         """The event loop this client works on (moved when that loop is over)."""
         if sharded_pubsub is not None:
@@ -117,7 +113,7 @@ class Engine(Client):
         self._renewer = Renewer(self)
         self._watching = False
         self._ready_publish = None
-        self._finishing = set()
+        self._background = self._new_background()
 
     def _on_this_loop(self) -> None:
         """Work on the running event loop: move here when the previous loop is over.
@@ -267,7 +263,7 @@ class Engine(Client):
             self._abandon(request.claim)
             raise
         except ServerUnavailable:  # a withdrawal now would wait out a second socket timeout
-            self._finish_in_background(request.claim.without_acks(), withdraw=True)
+            self._background.finish(request.claim.without_acks(), withdraw=True)
             raise
         except ReplicaShortfall as short:
             self._abandon(request.claim)
@@ -290,12 +286,12 @@ class Engine(Client):
         """
         if lease.lost:  # past its deadline: the release can only tidy up, in the background
             fire(lease, lease._mark_lost(PAST_DEADLINE))
-            self._finish_in_background(lease._claim, lost=lease)
+            self._background.finish(lease._claim, lost=lease)
             return owner._finish_release(lease, EXPIRED, pending=True)[0]
         try:
             code = self._drive(release_flow(lease._claim))
         except INTERRUPTIONS:
-            self._finish_in_background(lease._claim)
+            self._background.finish(lease._claim)
             raise
         except LockError:
             if lease.lost:  # the deadline passed while the release waited for the server
@@ -309,73 +305,27 @@ class Engine(Client):
             fire(lease, callbacks)
         return outcome
 
-    def _finish_in_background(
-        self, claim: Claim, *, withdraw: bool = False, lost: Lease | None = None
-    ) -> None:
-        """Send an interrupted release (or withdrawal, or a lost lease's release) again from
-        a worker of its own; the server's answer then says why ``lost`` was lost."""
-        self._finishing = {worker for worker in self._finishing if worker.alive()}
-        self._finishing.add(
-            Worker(lambda: self._release_again(claim, withdraw, lost), "redlease-release")
-        )
-
-    def _release_again(self, claim: Claim, withdraw: bool, lost: Lease | None) -> None:
-        try:
-            if withdraw:
-                self._withdraw_late(claim)
-            else:
-                reason = release_reason(self._drive(release_flow(claim)))
-                if lost is not None and reason is not None:
-                    lost._mark_lost(reason)  # more precise than the deadline; told already
-        except (Exception, ReplicaShortfall):
-            logger.debug("could not finish an interrupted release of %r", claim.keys.name)
-
-    def _withdraw_late(self, claim: Claim) -> None:
-        """Withdraw an interrupted acquire until the server has answered (and once more):
-        see :mod:`redlease.core.withdrawal`. Closing the client does not stop it: like a
-        release after ``close()``, it is about the server's state, not this client's."""
-        schedule = withdrawal_pauses(claim.ttl_ms)
-        pause = next(schedule)
-        while True:
-            sleep(pause)
-            try:
-                self._drive(release_flow(claim, withdraw=True, attempts=1))
-                answered = True
-            except ServerUnavailable:
-                answered = False
-            try:
-                pause = schedule.send(answered)
-            except StopIteration:
-                return
-
-    def _give_back_stray(self, claim: Claim) -> None:
-        """A hand-off reached a waiter that had already given up: give the lease back."""
-        self._finishing = {worker for worker in self._finishing if worker.alive()}
-        self._finishing.add(Worker(lambda: self._return_stray(claim), "redlease-stray"))
-
-    def _return_stray(self, claim: Claim) -> None:
-        """After a moment (a waiter that took the lease by its own retry is on the books by
-        then), give back the stray hand-off, unless that lease is held after all."""
-        sleep(LATE_COMMAND_S)
-        if any(lease.token == claim.token for lease in self._renewals.leases()):
-            return
-        try:
-            self._drive(give_back(claim))
-        except (Exception, ReplicaShortfall):
-            logger.debug("could not give back a stray hand-off of %r", claim.keys.name)
-
     def _abandon(self, claim: Claim) -> None:
         """An interrupted acquire may have been granted or queued: undo both, best effort.
 
         The attempt that was cut short may still be on its way on the connection the
         interruption closed, and run after this withdrawal: a second one follows shortly.
         """
-        self._finish_in_background(claim.without_acks(), withdraw=True)
+        self._background.finish(claim.without_acks(), withdraw=True)
         try:
             flow = release_flow(claim.without_acks(), withdraw=True, attempts=1)
             shielded(self._drive(flow), within=INLINE_WITHDRAWAL_S)
         except (Exception, ReplicaShortfall):
             logger.debug("could not give back an interrupted grant of %r", claim.keys.name)
+
+    def _new_background(self) -> Background:
+        def held(token: str) -> bool:
+            return any(lease.token == token for lease in self._renewals.leases())
+
+        return Background(self._drive, held, self._clock)
+
+    def _give_back_stray(self, claim: Claim) -> None:
+        self._background.give_back_stray(claim)
 
     def _drive(self, flow: Flow) -> Any:
         """Carry out a flow on this client's connections, on the running event loop."""
@@ -385,13 +335,15 @@ class Engine(Client):
     def close(self) -> None:
         """Stop the workers (held leases are no longer renewed) and close an owned client.
 
-        A closed client takes no new lease (``InvalidArgument``); leases it still holds can
-        be released.
+        Releases and withdrawals still going on in the background get up to a second to
+        land first (see :mod:`redlease.sync.background`). A closed client takes no new lease
+        (``InvalidArgument``); leases it still holds can be released.
         """
         self._on_this_loop()
         self._closed = True
         self._ready_publish = None
         self._renewer.stop()
         self._notifier.close()
+        self._background.settle(self.client.close if self._owns_client else None)
         if self._owns_client:
             self.client.close()
