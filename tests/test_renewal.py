@@ -363,6 +363,41 @@ async def test_an_async_on_lost_callback_given_to_a_lease_already_lost_runs(redl
         await asyncio.wait_for(ran.wait(), 2)
 
 
+def test_an_async_on_lost_callback_on_a_sync_lease_is_refused(redlease_url, prefix):
+    """The sync ``Locks`` runs plain functions: an ``async def`` callback would be called,
+    its coroutine dropped, and the holder never told. It is refused when registered."""
+
+    async def told(lease: Lease) -> None:
+        raise AssertionError("never awaited")
+
+    with redlease.Locks(redlease_url, prefix=prefix) as locks:
+        with locks.lock("sync-told") as lease:
+            with pytest.raises(redlease.InvalidArgument, match="async def"):
+                lease.on_lost(told)
+            lease.on_lost(lambda lost: None)
+
+
+def test_an_async_on_lost_callback_with_no_running_loop_is_refused(redlease_url, prefix):
+    """An async lease already lost runs an ``async def`` callback as a task of the running
+    loop; registered from outside any loop, it is refused (``InvalidArgument``), not left
+    to a ``RuntimeError`` and a coroutine never awaited."""
+
+    async def take() -> Lease:
+        async with redlease.AsyncLocks(redlease_url, prefix=prefix) as locks:
+            lease = await locks.lock("loopless", ttl=0.05).acquire()
+            await asyncio.sleep(0.1)
+            return lease
+
+    lease = asyncio.run(take())
+    assert lease.lost
+
+    async def told(lost: Lease) -> None:
+        raise AssertionError("no loop to run it")
+
+    with pytest.raises(redlease.InvalidArgument, match="event loop"):
+        lease.on_lost(told)
+
+
 @pytest.mark.timeout(30)
 def test_a_slow_on_lost_callback_holds_up_no_other_lease(redlease_url, prefix, round_trip):
     """A callback that takes seconds (an alert over a slow network) runs beside the renewal

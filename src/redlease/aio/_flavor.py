@@ -291,12 +291,24 @@ def _dropped(task: asyncio.Future[Any]) -> None:
 
 
 def fire(lease: Lease, callbacks: list[LostCallback]) -> None:
-    """Run lost-lease callbacks; coroutine callbacks are scheduled on the running loop."""
-    for result in run_callbacks(callbacks, lease):
-        if inspect.isawaitable(result):
-            task = asyncio.ensure_future(_logging_errors(result, lease.name))
-            _background.add(task)
-            task.add_done_callback(_background.discard)
+    """Run lost-lease callbacks; coroutine callbacks are scheduled on the running loop
+    (with none, as ``on_lost`` outside the loop can meet, they are refused)."""
+    pending = [result for result in run_callbacks(callbacks, lease) if inspect.isawaitable(result)]
+    if not pending:
+        return
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        for coroutine in pending:
+            getattr(coroutine, "close", lambda: None)()
+        raise InvalidArgument(
+            f"an async def on_lost callback of lock {lease.name!r} runs on the event loop: "
+            "call on_lost from a coroutine of the loop that holds the lease"
+        ) from None
+    for result in pending:
+        task = asyncio.ensure_future(_logging_errors(result, lease.name))
+        _background.add(task)
+        task.add_done_callback(_background.discard)
 
 
 def fire_aside(lease: Lease, callbacks: list[LostCallback]) -> threading.Thread | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import inspect
 import logging
 import threading
 import time
@@ -10,6 +11,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 from redlease.core.ops import Claim
+from redlease.errors import InvalidArgument
 
 logger = logging.getLogger("redlease")
 
@@ -83,6 +85,8 @@ class Lease:
     _callbacks: list[LostCallback] = field(default_factory=list, repr=False)
     _fire: Callable[[Lease, list[LostCallback]], None] = field(default=_run_now, repr=False)
     """How the client runs lost callbacks (the asyncio flavour schedules coroutines)."""
+    _asyncio: bool = field(default=False, repr=False)
+    """Whether the client runs ``async def`` callbacks (the asyncio flavour's does)."""
 
     @property
     def lost(self) -> bool:
@@ -101,10 +105,20 @@ class Lease:
 
     def on_lost(self, callback: LostCallback) -> None:
         """Call ``callback(lease)`` once when the lease is found lost (at once if it is)."""
+        self._check_callback(callback)
         if self._reason is None and not self.lost:
             self._callbacks.append(callback)
             return
         self._fire(self, [*self._mark_lost(PAST_DEADLINE), callback])
+
+    def _check_callback(self, callback: LostCallback) -> None:
+        """The sync flavour calls callbacks and drops what they return: an ``async def``
+        one would never run, and the holder never be told."""
+        if not self._asyncio and inspect.iscoroutinefunction(callback):
+            raise InvalidArgument(
+                f"on_lost got {callback!r}, an async def function, for a lease of the sync "
+                "Locks, which would never await it: give a plain function (or use AsyncLocks)"
+            )
 
     def _mark_lost(self, reason: str) -> list[LostCallback]:
         """Record the loss once; return the callbacks the caller must now run.
@@ -156,6 +170,8 @@ class MultiLease:
     def on_lost(self, callback: LostCallback) -> None:
         """Call ``callback(lease)`` once, with the first part lease found lost: losing one
         part loses the multi-lock, and a later part's loss tells the holder nothing new."""
+        for lease in self.leases:
+            lease._check_callback(callback)
         told = threading.Lock()
 
         def first_loss(lease: Lease) -> object:

@@ -24,6 +24,7 @@ class Client(LocksBase):
 
     def _adopt(self, lease: Lease, role: str | None) -> bool:
         lease._fire = fire
+        lease._asyncio = ASYNCIO
         if super()._adopt(lease, role) or not self._renewer.running():
             self._renewer.wake()
             return True
