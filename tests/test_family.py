@@ -588,6 +588,23 @@ async def test_a_multi_lock_takes_all_or_nothing(make_family, server, prefix):
     assert not server.exists(f"{prefix}:{{a}}", f"{prefix}:{{b}}", f"{prefix}:{{c}}")
 
 
+@pytest.mark.parametrize("timeout", [0, 1], ids=["one-try", "blocking"])
+async def test_a_multi_lock_on_a_server_that_is_gone_says_it_could_not_acquire(
+    make_locks, flavor, redlease_servers_factory, timeout
+):
+    """The acquisition's own error, not that of the withdrawal sent after it (which fails
+    the same way): "could not acquire", where it said "could not release"."""
+    (server,) = redlease_servers_factory(1)
+    locks = await make_locks(f"{server.url}?socket_timeout=1&socket_connect_timeout=1")
+    family = SyncFamily(locks) if flavor == "sync" else locks
+    async with family.lock("warm"):
+        pass
+    server.kill()
+    multi = family.multi_lock(["a", "b"])
+    with pytest.raises(redlease.ServerUnavailable, match="could not acquire lock 'a'"):
+        await multi.acquire(timeout=timeout)
+
+
 async def test_a_multi_lock_is_released_by_any_handle_of_its_names_and_owner(
     make_family, server, prefix
 ):

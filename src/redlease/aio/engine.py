@@ -262,11 +262,8 @@ class AsyncEngine(AsyncClient):
     async def _obtain_grant(self, request: AcquireRequest) -> Grant | None:
         try:
             grant: Grant | None = await self._drive(acquire_flow(request, self._clock))
-        except INTERRUPTIONS:
-            await self._abandon(request.claim)
-            raise
-        except ServerUnavailable:  # a withdrawal now would wait out a second socket timeout
-            self._background.finish(request.claim.without_acks(), withdraw=True)
+        except (*INTERRUPTIONS, ServerUnavailable) as exc:
+            await self._undo(request.claim, exc)
             raise
         except ReplicaShortfall as short:
             await self._abandon(request.claim)
@@ -307,6 +304,15 @@ class AsyncEngine(AsyncClient):
         if callbacks:
             fire(lease, callbacks)
         return outcome
+
+    async def _undo(self, claim: Claim, error: BaseException) -> None:
+        """Withdraw what an acquisition that failed with ``error`` may have left (a grant, a
+        queue entry): from the background after ``ServerUnavailable`` (now, it would wait
+        out a second socket timeout), else as :meth:`_abandon` does. Never raises."""
+        if isinstance(error, ServerUnavailable):
+            self._background.finish(claim.without_acks(), withdraw=True)
+        else:
+            await self._abandon(claim)
 
     async def _abandon(self, claim: Claim) -> None:
         """An interrupted acquire may have been granted or queued: undo both, best effort.

@@ -91,8 +91,7 @@ def _take_all_at_once(claims: list[Claim], held: _Held) -> Flow:
     operation = RunScript(ScriptName.MULTI_ACQUIRE, keys, (claims[0].token, claims[0].ttl_ms))
     try:
         reply = yield operation
-    except NETWORK_ERRORS as exc:
-        yield from held.give_back()
+    except NETWORK_ERRORS as exc:  # the caller withdraws every part
         raise unavailable(claims[0].keys, "acquire", exc) from exc
     status = int(reply[0])
     if status == 1:

@@ -259,11 +259,8 @@ class Engine(Client):
     def _obtain_grant(self, request: AcquireRequest) -> Grant | None:
         try:
             grant: Grant | None = self._drive(acquire_flow(request, self._clock))
-        except INTERRUPTIONS:
-            self._abandon(request.claim)
-            raise
-        except ServerUnavailable:  # a withdrawal now would wait out a second socket timeout
-            self._background.finish(request.claim.without_acks(), withdraw=True)
+        except (*INTERRUPTIONS, ServerUnavailable) as exc:
+            self._undo(request.claim, exc)
             raise
         except ReplicaShortfall as short:
             self._abandon(request.claim)
@@ -304,6 +301,15 @@ class Engine(Client):
         if callbacks:
             fire(lease, callbacks)
         return outcome
+
+    def _undo(self, claim: Claim, error: BaseException) -> None:
+        """Withdraw what an acquisition that failed with ``error`` may have left (a grant, a
+        queue entry): from the background after ``ServerUnavailable`` (now, it would wait
+        out a second socket timeout), else as :meth:`_abandon` does. Never raises."""
+        if isinstance(error, ServerUnavailable):
+            self._background.finish(claim.without_acks(), withdraw=True)
+        else:
+            self._abandon(claim)
 
     def _abandon(self, claim: Claim) -> None:
         """An interrupted acquire may have been granted or queued: undo both, best effort.

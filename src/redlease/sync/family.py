@@ -18,7 +18,7 @@ from redlease.core.lease import Lease, MultiLease, ReleaseOutcome
 from redlease.core.multi import multi_acquire_flow
 from redlease.core.ops import RunScript
 from redlease.core.owner import Owner
-from redlease.core.protocol import call_flow, latch_wait_flow, release_flow
+from redlease.core.protocol import call_flow, latch_wait_flow
 from redlease.errors import InvalidArgument, LeaseLost, LockTimeout
 from redlease.keys import ttl_to_ms
 from redlease.scripts import ScriptName
@@ -194,7 +194,7 @@ class MultiLock(MultiLockBase[Engine]):
         except BaseException as exc:
             self._observe(request, ERROR, error=exc)
             for claim in claims:
-                self._locks._drive(release_flow(claim, withdraw=True))
+                self._locks._undo(claim, exc)
             raise
         held = self._adopt_all(owner, claims, result)
         if held is None:
