@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -111,6 +112,22 @@ RENEWAL_ROUND_TRIPS = 20
 then spans 1.5 times as many."""
 TAKE_CONCURRENCY = 20
 """Acquisitions in flight at once when a test takes many locks together."""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def ctrl_c_answered() -> Iterator[None]:
+    """Ctrl-C tests need SIGINT to interrupt. A suite started in the background of a shell
+    script (``pytest &``) inherits SIGINT ignored, and so would every process it starts:
+    Python then leaves it ignored, and those tests wait for an interruption that never
+    comes. Answer it as an interactive run does; children started later get the default."""
+    if signal.getsignal(signal.SIGINT) != signal.SIG_IGN:
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def measure_round_trip(url: str, samples: int = ROUND_TRIP_SAMPLES) -> float:
