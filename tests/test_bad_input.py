@@ -603,19 +603,38 @@ def test_a_url_that_is_no_server_url_is_invalid_input(make, url):
         make([url] if make is redlease.Redlock else url)
 
 
-@pytest.mark.parametrize("query", ["bogus=1", "socket_timeout=2&sockettimeout=2"])
+@pytest.mark.parametrize(
+    ("query", "named"),
+    [
+        ("bogus=1", "bogus"),
+        ("socket_timeout=2&sockettimeout=2", "sockettimeout"),
+        ("socket-timeout=2", "socket-timeout"),
+        ("protocol=9", "protocol"),
+    ],
+)
 @pytest.mark.parametrize("make", [redlease.Locks, redlease.AsyncLocks, redlease.Redlock])
-def test_an_unknown_url_option_is_invalid_input_at_once(make, query, redlease_url):
+def test_an_unknown_url_option_is_invalid_input_at_once(make, query, named, redlease_url):
     """redis-py keeps an option it does not know and fails on it at the first connection,
-    with a TypeError; a typo in a URL is refused where the URL is given, by name."""
+    with a TypeError, and an option it knows with a value it refuses with its own error: a
+    typo in a URL is refused where the URL is given, by name."""
     url = f"{redlease_url}?{query}"
-    with pytest.raises(redlease.InvalidArgument, match=r"bogus|sockettimeout"):
+    with pytest.raises(redlease.InvalidArgument, match=named):
         make([url] if make is redlease.Redlock else url)
 
 
-def test_an_unknown_url_option_of_a_cluster_is_invalid_input():
+@pytest.mark.parametrize("make", [redlease.Locks, redlease.AsyncLocks])
+def test_an_unknown_url_option_of_a_cluster_is_invalid_input(make):
+    """The sync cluster client drops options it does not know without a word."""
     with pytest.raises(redlease.InvalidArgument, match="bogus"):
-        redlease.AsyncLocks("redis://127.0.0.1:1/0?bogus=1", cluster=True)
+        make("redis://127.0.0.1:1/0?bogus=1", cluster=True)
+
+
+@pytest.mark.parametrize("option", ["pasword", "passwd", "pass", "pwd", "auth", "secret"])
+def test_a_misspelt_password_option_is_not_echoed(option, redlease_url):
+    with pytest.raises(redlease.InvalidArgument) as raised:
+        redlease.Locks(f"{redlease_url}?{option}=hunter2")
+    assert "hunter2" not in str(raised.value)
+    assert option in str(raised.value)
 
 
 @pytest.mark.parametrize(

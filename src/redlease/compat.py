@@ -127,21 +127,18 @@ def from_url(make: Callable[[str], T], url: str) -> T:
     """``make(url)`` (a client class's ``from_url``), with a URL it cannot read refused as
     :class:`~redlease.InvalidArgument` that says what a URL looks like."""
     try:
-        _check_database(url.strip())
-        client = make(_lower_scheme(url))
-        _check_options(client)
-        return client
+        return _made_from(make, url)
     except TypeError as error:
         option = _UNEXPECTED_OPTION.search(str(error))
         if option is None:
             raise
         raise InvalidArgument(
-            f"{redacted(url)!r} has the option {option[1]!r}, which the client does not know"
-            " (see redis-py's from_url for the ones it does)"
+            f"{redacted(url, option[1])!r} has the option {option[1]!r}, which the client "
+            "does not know (see redis-py's from_url for the ones it does)"
         ) from None
-    except ClusterErrors as error:  # a cluster client connects at once, to learn the slots
-        raise ServerUnavailable(
-            f"could not reach the cluster at {redacted(url)!r}: {error}"
+    except _RefusedOption as refused:
+        raise InvalidArgument(
+            f"{redacted(url)!r} has an option the client refuses: {refused.__cause__}"
         ) from None
     except ValueError as error:  # an unknown scheme, a port out of range, a bad db number
         shown = redacted(url)
@@ -153,16 +150,55 @@ def from_url(make: Callable[[str], T], url: str) -> T:
         ) from None
 
 
-_UNEXPECTED_OPTION = re.compile(r"unexpected keyword argument '(\w+)'")
-
-
-def _check_options(client: Any) -> None:
-    """redis-py keeps a URL option it does not know and fails on it at the first connection,
-    with a TypeError; making a connection object (no I/O) finds it where the URL is given.
-    A cluster client's constructor finds it itself."""
+def _made_from(make: Callable[[str], T], url: str) -> T:
+    _check_database(url.strip())
+    url = _lower_scheme(url)
+    try:
+        client = make(url)
+    except ClusterErrors as error:  # a cluster client connects at once, to learn the slots
+        _check_url_options(url, _LIBRARIES[0])  # a typo first: no server answers it
+        raise ServerUnavailable(
+            f"could not reach the cluster at {redacted(url)!r}: {error}"
+        ) from None
     pool = getattr(client, "connection_pool", None)
-    if pool is not None:
-        pool.connection_class(**pool.connection_kwargs)
+    if pool is None:
+        _check_url_options(url, library_of(client))
+    else:
+        _connection_of(pool.connection_class, pool.connection_kwargs)
+    return client
+
+
+_UNEXPECTED_OPTION = re.compile(r"unexpected keyword argument '([^']+)'")
+
+
+class _RefusedOption(Exception):
+    """A URL option redis-py knows, with a value it refuses (raised from its error)."""
+
+
+def _check_url_options(url: str, library: ModuleType) -> None:
+    """A cluster client's options: the sync one drops those it does not know without a
+    word, so the URL's are checked as a plain client's."""
+    connection = importlib.import_module(f"{library.__name__}.connection")
+    cluster = importlib.import_module(f"{library.__name__}.cluster")
+    own = inspect.signature(getattr(cluster, "RedisCluster", None) or cluster.ValkeyCluster)
+    options = {
+        name: value
+        for name, value in connection.parse_url(url).items()
+        if name not in own.parameters  # the cluster client's own (read_from_replicas...)
+    }
+    _connection_of(options.pop("connection_class", connection.Connection), options)
+
+
+def _connection_of(connection_class: type[Any], options: dict[str, Any]) -> None:
+    """Make (no I/O) a connection object of these options: redis-py keeps a URL option it
+    does not know, and fails on it at the first connection (a TypeError), as it does on a
+    value it refuses (``?protocol=9``); this finds both where the URL is given."""
+    try:
+        connection_class(**options)
+    except TypeError:
+        raise
+    except Exception as error:
+        raise _RefusedOption() from error
 
 
 def _lower_scheme(url: str) -> str:
@@ -173,16 +209,20 @@ def _lower_scheme(url: str) -> str:
     return scheme.lower() + colon + rest
 
 
-_QUERY_PASSWORD = re.compile(r"(?i)([?&]password=)[^&]*")
+_QUERY_OPTION = re.compile(r"([?&])([^=&#]*)=([^&]*)")
+_SECRET_WORDS = ("pas", "pw", "secret", "token", "auth", "cred")
+"""Option names whose value is masked: ``password`` and its misspellings (``pasword``,
+``passwd``, ``pwd``), which redis-py does not read, so the value is not masked as one."""
 
 
-def redacted(url: str) -> str:
+def redacted(url: str, *options: str) -> str:
     """``url`` with its password, if any, replaced by ``***``: fit for a message.
 
     Works on the text as written, so a URL no parser accepts is masked too (a slash or the
     scheme missing), and a password holding ``#``, ``/``, ``?`` or ``@`` unencoded is
     masked whole: everything from the first colon of the user part to the last ``@``
-    (sometimes more than the password, never less)."""
+    (sometimes more than the password, never less). So are the values of a query option
+    named like a password or a secret, and of the ``options`` named."""
     text = url.strip()
     if "@" in text:
         head, tail = text.rsplit("@", 1)
@@ -190,7 +230,13 @@ def redacted(url: str) -> str:
         colon = head.find(":", start)
         if colon >= 0:
             text = f"{head[: colon + 1]}***@{tail}"
-    return _QUERY_PASSWORD.sub(r"\1***", text)
+
+    def mask(option: re.Match[str]) -> str:
+        name = option[2]
+        secret = name in options or any(word in name.lower() for word in _SECRET_WORDS)
+        return f"{option[1]}{name}=***" if secret else option[0]
+
+    return _QUERY_OPTION.sub(mask, text)
 
 
 def _check_database(url: str) -> None:
