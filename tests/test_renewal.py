@@ -11,6 +11,7 @@ still renews them with one worker and a handful of round trips.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import signal
 import sys
@@ -370,10 +371,15 @@ def test_an_async_on_lost_callback_on_a_sync_lease_is_refused(redlease_url, pref
     async def told(lease: Lease) -> None:
         raise AssertionError("never awaited")
 
+    class Alert:
+        async def __call__(self, lease: Lease) -> None:
+            raise AssertionError("never awaited")
+
     with redlease.Locks(redlease_url, prefix=prefix) as locks:
         with locks.lock("sync-told") as lease:
-            with pytest.raises(redlease.InvalidArgument, match="async def"):
-                lease.on_lost(told)
+            for callback in (told, Alert(), functools.partial(told)):
+                with pytest.raises(redlease.InvalidArgument, match="async def"):
+                    lease.on_lost(callback)
             lease.on_lost(lambda lost: None)
 
 

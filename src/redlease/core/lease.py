@@ -114,7 +114,10 @@ class Lease:
     def _check_callback(self, callback: LostCallback) -> None:
         """The sync flavour calls callbacks and drops what they return: an ``async def``
         one would never run, and the holder never be told."""
-        if not self._asyncio and inspect.iscoroutinefunction(callback):
+        call = getattr(callback, "__call__", None)  # noqa: B004 - an object's async __call__
+        if not self._asyncio and (
+            inspect.iscoroutinefunction(callback) or inspect.iscoroutinefunction(call)
+        ):
             raise InvalidArgument(
                 f"on_lost got {callback!r}, an async def function, for a lease of the sync "
                 "Locks, which would never await it: give a plain function (or use AsyncLocks)"
