@@ -159,22 +159,29 @@ def client_of(kind: str, server: EmbeddedServer, path: str) -> redis.asyncio.Red
     )
 
 
+@pytest.mark.parametrize("what", ["lock", "multi-lock of 3"])
 @pytest.mark.parametrize("kind", ["no socket timeout", "unix socket"])
-async def test_a_cancelled_acquire_on_a_stopped_server_returns_soon(unix_server, prefix, kind):
+async def test_a_cancelled_acquire_on_a_stopped_server_returns_soon(
+    unix_server, prefix, kind, what
+):
     """The withdrawal a cancelled acquire sends waits for the server only briefly (then goes
     on in the background): a time limit must get the caller out, whatever the client's
     socket settings (a new unix-socket connection to a stopped server is accepted and then
-    never answers its handshake)."""
+    never answers its handshake), and however many parts a multi-lock has."""
     server, path = unix_server
     client = client_of(kind, server, path)
     locks = redlease.AsyncLocks(client, prefix=prefix)
     async with locks.lock("warm"):
         pass
+    if what == "lock":
+        stopped = locks.lock("stopped")
+    else:
+        stopped = locks.multi_lock(["stopped-1", "stopped-2", "stopped-3"])
     server.pause()
     started = time.monotonic()
     try:
         with pytest.raises(asyncio.TimeoutError):
-            await asyncio.wait_for(locks.lock("stopped").acquire(), WAIT_S)
+            await asyncio.wait_for(stopped.acquire(), WAIT_S)
         took = time.monotonic() - started
     finally:
         server.resume()

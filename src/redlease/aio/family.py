@@ -196,8 +196,7 @@ class AsyncMultiLock(MultiLockBase[AsyncEngine]):
             result = await self._locks._drive(flow)
         except BaseException as exc:
             self._observe(request, ERROR, error=exc)
-            for claim in claims:
-                await self._locks._undo(claim, exc)
+            await self._locks._undo(claims, exc)
             raise
         held = self._adopt_all(owner, claims, result)
         if held is None:

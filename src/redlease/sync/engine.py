@@ -260,10 +260,10 @@ class Engine(Client):
         try:
             grant: Grant | None = self._drive(acquire_flow(request, self._clock))
         except (*INTERRUPTIONS, ServerUnavailable) as exc:
-            self._undo(request.claim, exc)
+            self._undo([request.claim], exc)
             raise
         except ReplicaShortfall as short:
-            self._abandon(request.claim)
+            self._undo([request.claim])
             raise NotReplicated(
                 f"lock {request.claim.keys.name!r} reached {short.confirmed} of {short.wanted} "
                 "replicas in time; the acquisition was rolled back"
@@ -302,27 +302,31 @@ class Engine(Client):
             fire(lease, callbacks)
         return outcome
 
-    def _undo(self, claim: Claim, error: BaseException) -> None:
-        """Withdraw what an acquisition that failed with ``error`` may have left (a grant, a
-        queue entry): from the background after ``ServerUnavailable`` (now, it would wait
-        out a second socket timeout), else as :meth:`_abandon` does. Never raises."""
-        if isinstance(error, ServerUnavailable):
-            self._background.finish(claim.without_acks(), withdraw=True)
-        else:
-            self._abandon(claim)
+    def _undo(self, claims: Sequence[Claim], error: BaseException | None = None) -> None:
+        """Withdraw what an acquisition that failed may have left (a grant, a queue entry),
+        best effort, never raising: from the background, and also inline unless ``error``
+        is ``ServerUnavailable`` (it would wait out a second socket timeout).
 
-    def _abandon(self, claim: Claim) -> None:
-        """An interrupted acquire may have been granted or queued: undo both, best effort.
-
-        The attempt that was cut short may still be on its way on the connection the
-        interruption closed, and run after this withdrawal: a second one follows shortly.
+        The inline pass is bounded by :data:`INLINE_WITHDRAWAL_S` for all ``claims``
+        together, and stops at the first failure. The attempt that was cut short may still
+        be on its way on the connection the interruption closed, and run after this
+        withdrawal: the background sends one again shortly.
         """
-        self._background.finish(claim.without_acks(), withdraw=True)
+        for claim in claims:
+            self._background.finish(claim.without_acks(), withdraw=True)
+        if isinstance(error, ServerUnavailable):
+            return
         try:
-            flow = release_flow(claim.without_acks(), withdraw=True, attempts=1)
-            shielded(self._drive(flow), within=INLINE_WITHDRAWAL_S)
+            shielded(self._withdraw_now(claims), within=INLINE_WITHDRAWAL_S)
         except (Exception, ReplicaShortfall):
-            logger.debug("could not give back an interrupted grant of %r", claim.keys.name)
+            logger.debug("could not withdraw %r at once", [claim.keys.name for claim in claims])
+
+    def _withdraw_now(self, claims: Sequence[Claim]) -> list[Any]:
+        """Withdraw each claim in turn: the release codes."""
+        return [
+            self._drive(release_flow(claim.without_acks(), withdraw=True, attempts=1))
+            for claim in claims
+        ]
 
     def _new_background(self) -> Background:
         def held(token: str) -> bool:

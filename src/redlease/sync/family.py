@@ -193,8 +193,7 @@ class MultiLock(MultiLockBase[Engine]):
             result = self._locks._drive(flow)
         except BaseException as exc:
             self._observe(request, ERROR, error=exc)
-            for claim in claims:
-                self._locks._undo(claim, exc)
+            self._locks._undo(claims, exc)
             raise
         held = self._adopt_all(owner, claims, result)
         if held is None:
