@@ -605,6 +605,24 @@ async def test_a_multi_lock_on_a_server_that_is_gone_says_it_could_not_acquire(
         await multi.acquire(timeout=timeout)
 
 
+async def test_a_latch_on_a_server_that_is_gone_says_what_it_could_not_do(
+    make_locks, flavor, redlease_servers_factory
+):
+    (server,) = redlease_servers_factory(1)
+    locks = await make_locks(f"{server.url}?socket_timeout=1&socket_connect_timeout=1")
+    family = SyncFamily(locks) if flavor == "sync" else locks
+    latch = family.latch("gone")
+    assert await latch.try_set_count(2)
+    server.kill()
+    for call, says in [
+        (latch.count_down, "could not count down"),
+        (latch.count, "could not read"),
+        (functools.partial(latch.try_set_count, 3), "could not set the count of"),
+    ]:
+        with pytest.raises(redlease.ServerUnavailable, match=says):
+            await call()
+
+
 async def test_a_multi_lock_is_released_by_any_handle_of_its_names_and_owner(
     make_family, server, prefix
 ):

@@ -167,7 +167,11 @@ class CountDownLatch:
 
     def _call(self, operation: str, count: int = 0, ttl_ms: int = 0) -> Any:
         op = self._op(operation, count, ttl_ms)
-        return self._locks._drive(call_flow(op, self.keys, operation))
+        return self._locks._drive(call_flow(op, self.keys, _LATCH_ACTIONS[operation]))
+
+
+_LATCH_ACTIONS = {"set": "set the count of", "down": "count down", "get": "read"}
+"""What a latch call was doing, for an error's "could not ... lock 'name'"."""
 
 
 class MultiLock(MultiLockBase[Engine]):
