@@ -383,3 +383,42 @@ def test_top_once_keeps_every_column_beside_a_long_holder(redlease_url, prefix, 
     assert first_row[3].endswith("s")
     assert "…" not in first_row[3]
     assert name.startswith(first_row[0])
+
+
+TOP = [sys.executable, "-m", "redlease", "top"]
+
+
+def top_once(redlease_url: str, prefix: str, interval: float) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*TOP, "--once", "--prefix", prefix, "--interval", str(interval)],
+        env=dict(os.environ, REDIS_URL=redlease_url),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_top_once_counts_a_lease_that_runs_out_between_its_readings(redlease_url, prefix):
+    """``--once`` reads a lease again just before it would run out, as the live view does:
+    one that ran out while held between the two readings shows in LOST."""
+    import redlease  # noqa: PLC0415
+
+    interval = 3.0
+    with redlease.Locks(redlease_url, prefix=prefix) as locks:
+        lapse = locks.lock("lapse", ttl=1.5, renew=False).acquire()
+        top = top_once(redlease_url, prefix, interval)
+        out, err = top.communicate(timeout=SCREEN_TIMEOUT)
+    assert top.returncode == 0, err
+    assert lapse.lost
+    seen = rows(out)
+    assert "lapse" in seen, out
+    assert seen["lapse"].lost == 1, out
+
+
+def test_ctrl_c_on_top_once_exits_0(redlease_url, prefix):
+    """ "quit with q or Ctrl-C" (exit 0) holds for the one-table ``top`` too."""
+    top = top_once(redlease_url, prefix, interval=30.0)
+    time.sleep(1.5)  # past the first reading, into the interval
+    top.send_signal(signal.SIGINT)
+    _, err = top.communicate(timeout=SCREEN_TIMEOUT)
+    assert top.returncode == 0, err

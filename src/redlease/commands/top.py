@@ -84,12 +84,32 @@ def show_top(args: argparse.Namespace) -> int:
 
 
 def _print_once(reader: _Reader, args: argparse.Namespace) -> int:
+    """Two readings ``--interval`` apart, with the leases about to run out read again in
+    between (as the live view does), then the table; Ctrl-C quits, as ``q`` would."""
     tracker = Tracker()
-    tracker.record(reader.read_all(), time.monotonic(), complete=True)
-    time.sleep(args.interval)
-    tracker.record(reader.read_all(), time.monotonic(), complete=True)
+    try:
+        tracker.record(reader.read_all(), time.monotonic(), complete=True)
+        end = time.monotonic() + args.interval
+        while (now := time.monotonic()) < end:
+            time.sleep(max(min(end, tracker.next_check() or end) - now, 0.0))
+            _check_due(reader, tracker)
+        tracker.record(reader.read_all(), time.monotonic(), complete=True)
+    except KeyboardInterrupt:
+        return ExitCode.OK
     print_table(tracker.rows(args.sort), sys.stdout)
     return ExitCode.OK
+
+
+def _check_due(reader: _Reader, tracker: Tracker) -> None:
+    """Read again the leases about to run out, to tell an expiry from a release."""
+    due = tracker.checks_due(time.monotonic())
+    if not due:
+        return
+    try:
+        states = reader.read(due)
+    except redis.RedisError:
+        return  # the next full reading says what is wrong
+    tracker.record(states, time.monotonic(), complete=False)
 
 
 class _Reader:
@@ -137,7 +157,7 @@ class _Screen:
                         next_reading = now + self.interval
                         screen.show(self._frame())
                     else:
-                        self._check(now)
+                        _check_due(self.reader, self.tracker)
                     wake = min(next_reading, self.tracker.next_check() or next_reading)
                     for key in keys.wait(max(wake - time.monotonic(), 0.0)):
                         if key in "qQ":
@@ -156,16 +176,6 @@ class _Screen:
             return
         self.warning = ""
         self.tracker.record(states, time.monotonic(), complete=True)
-
-    def _check(self, now: float) -> None:
-        due = self.tracker.checks_due(now)
-        if not due:
-            return
-        try:
-            states = self.reader.read(due)
-        except redis.RedisError:
-            return  # the next full reading says what is wrong
-        self.tracker.record(states, time.monotonic(), complete=False)
 
     def _warn(self, line: str) -> None:
         self.warning = line
