@@ -629,6 +629,19 @@ def test_an_unknown_url_option_of_a_cluster_is_invalid_input(make):
         make("redis://127.0.0.1:1/0?bogus=1", cluster=True)
 
 
+async def test_cluster_mode_on_a_server_that_is_no_cluster_is_invalid_input(
+    flavor, redlease_url, prefix
+):
+    """The server answered, and said it is no cluster node: a setting to change, not a
+    server to wait for (which ``ServerUnavailable`` would say)."""
+    with pytest.raises(redlease.InvalidArgument, match="not a cluster node"):
+        if flavor == "sync":
+            redlease.Locks(redlease_url, cluster=True, prefix=prefix)
+        else:
+            async with redlease.AsyncLocks(redlease_url, cluster=True, prefix=prefix) as locks:
+                await locks.lock("x").try_acquire()
+
+
 @pytest.mark.parametrize("option", ["pasword", "passwd", "pass", "pwd", "auth", "secret"])
 def test_a_misspelt_password_option_is_not_echoed(option, redlease_url):
     with pytest.raises(redlease.InvalidArgument) as raised:

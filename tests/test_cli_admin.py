@@ -300,6 +300,17 @@ def test_ls_and_show_label_holders_readably(redlease_url, prefix, locks):
     assert by_name["by-name"]["pid"] == os.getpid()
 
 
+@pytest.mark.parametrize("value", ["justavalue", "a|b|c|d", "tok|host|notapid|thread X"])
+def test_a_lease_written_by_another_program_shows_as_its_token(redlease_url, prefix, server, value):
+    """cli.md: the parts are null for a token without redlease's ``…|host|pid|owner``
+    tail, and the label is the token. A pid that is no number is no such tail."""
+    server.set(f"{prefix}:{{foreign}}", f"1:{value}", px=60_000)
+    listed = last_json(run_cli("ls", "--json", "--prefix", prefix, url=redlease_url))
+    (holder,) = {entry["name"]: entry for entry in listed}["foreign"]["holders"]
+    assert (holder["host"], holder["pid"], holder["thread"]) == (None, None, None)
+    assert holder["label"] == value
+
+
 def test_main_in_process_leaves_the_callers_logging_as_it_was(redlease_url, prefix, capsys):
     from redlease.cli import main  # noqa: PLC0415
 

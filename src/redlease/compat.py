@@ -72,6 +72,17 @@ ClusterErrors = _errors("RedisClusterException")
 the slots (mid-failover): no ConnectionError, though that is what it stands for."""
 
 
+def not_a_cluster(error: BaseException) -> InvalidArgument | None:
+    """The error for a cluster client whose server answered that it is no cluster node (a
+    setting to change, not a server to wait for); ``None`` for any other error."""
+    if isinstance(error, ClusterErrors) and "Cluster mode is not enabled" in str(error):
+        return InvalidArgument(
+            "the server is not a cluster node (cluster mode is not enabled on it): "
+            "drop cluster=True (--cluster)"
+        )
+    return None
+
+
 Clients = _classes(":Redis", ".cluster:RedisCluster")
 """Sync clients: ``redis.Redis``, ``redis.RedisCluster`` and their valkey-py twins."""
 ClusterClients = _classes(".cluster:RedisCluster")
@@ -128,6 +139,8 @@ def from_url(make: Callable[[str], T], url: str) -> T:
     :class:`~redlease.InvalidArgument` that says what a URL looks like."""
     try:
         return _made_from(make, url)
+    except InvalidArgument:  # a ValueError too, but no parser's: it says what is wrong
+        raise
     except TypeError as error:
         option = _UNEXPECTED_OPTION.search(str(error))
         if option is None:
@@ -157,6 +170,9 @@ def _made_from(make: Callable[[str], T], url: str) -> T:
         client = make(url)
     except ClusterErrors as error:  # a cluster client connects at once, to learn the slots
         _check_url_options(url, _LIBRARIES[0])  # a typo first: no server answers it
+        mistake = not_a_cluster(error)
+        if mistake is not None:
+            raise mistake from None
         raise ServerUnavailable(
             f"could not reach the cluster at {redacted(url)!r}: {error}"
         ) from None

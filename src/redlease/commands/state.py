@@ -150,7 +150,8 @@ def parse_token(token: str) -> tuple[str | None, int | None, str | None]:
 
     The owner comes last and is the caller's text (``owner=``, a thread's name), so it may
     hold ``|`` itself: the token is cut from the left. A token from a custom
-    ``token_factory`` without that shape gives ``(None, None, None)``.
+    ``token_factory`` or another program without that shape (no number where the pid
+    goes) gives ``(None, None, None)``.
     """
     parts = token.split("|", 3)
     if len(parts) < 4:
@@ -158,7 +159,9 @@ def parse_token(token: str) -> tuple[str | None, int | None, str | None]:
     _, host, pid, owner = parts
     if not pid.isdigit():  # a token_factory that writes "|" itself: cut from the right
         host, pid, owner = token.rsplit("|", 3)[1:]
-    return host, int(pid) if pid.isdigit() else None, _readable_owner(owner) or None
+    if not pid.isdigit():  # no redlease tail: another program's value
+        return None, None, None
+    return host, int(pid), _readable_owner(owner) or None
 
 
 def _readable_owner(owner: str) -> str:

@@ -13,7 +13,13 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from redlease.compat import AuthenticationErrors, ClusterErrors, ConnectionErrors, TimeoutErrors
+from redlease.compat import (
+    AuthenticationErrors,
+    ClusterErrors,
+    ConnectionErrors,
+    TimeoutErrors,
+    not_a_cluster,
+)
 from redlease.core.lease import local_deadline
 from redlease.core.ops import Claim, Operation, RunScript, Subscribe, Wait
 from redlease.core.replication import ReplicaShortfall
@@ -105,7 +111,10 @@ class Grant:
 
 def unavailable(keys: LockKeys, action: str, exc: BaseException) -> LockError:
     """The error for a failed round trip: unreachable, or (a redis-py ConnectionError too)
-    our credentials refused."""
+    our credentials refused (or a cluster client on a server that is no cluster)."""
+    mistake = not_a_cluster(exc)
+    if mistake is not None:
+        return mistake
     if isinstance(exc, AuthenticationErrors):
         return AuthenticationFailed(
             f"could not {action} lock {keys.name!r}: the server refused our credentials ({exc})"
