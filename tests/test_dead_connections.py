@@ -22,6 +22,7 @@ import redis.asyncio
 import redlease
 from conftest import measure_round_trip, renewing_ttl
 from redlease import ReleaseOutcome
+from redlease.aio.background import CLOSE_GRACE_S
 from redlease.aio.engine import INLINE_WITHDRAWAL_S
 from redlease.chaos.proxy import ProxyHub
 from redlease.core.withdrawal import (
@@ -398,3 +399,43 @@ def test_close_waits_for_a_release_sent_to_the_background(prefix, flavor):
         # the proxy passes the close on after its delay
         assert settles(admin, lock.keys.lease, name, 0.1 + SCHEDULING_SLACK_S)
         assert our_connections(admin, name) == []
+
+
+@pytest.mark.parametrize("flavor", ["sync", "async"])
+def test_a_second_close_does_not_wait_for_the_background_again(prefix, flavor):
+    """``close()`` gives background work up to a second once; closing again (a ``with``
+    block around an explicit ``close()``) returns at once."""
+    socket_timeout = 0.3
+    with EmbeddedServer() as server:
+        url = named_url(server.url, f"twice-{uuid.uuid4().hex[:8]}", socket_timeout)
+        if flavor == "sync":
+            locks: Any = redlease.Locks(url, prefix=prefix)
+            locks.lock("warm").try_acquire()
+            server.pause()
+            try:
+                with pytest.raises(redlease.ServerUnavailable):
+                    locks.lock("stuck").acquire(timeout=0.1)
+                locks.close()
+                started = time.monotonic()
+                locks.close()
+                again = time.monotonic() - started
+            finally:
+                server.resume()
+        else:
+
+            async def scenario() -> float:
+                locks = redlease.AsyncLocks(url, prefix=prefix)
+                await locks.lock("warm").try_acquire()
+                server.pause()
+                try:
+                    with pytest.raises(asyncio.TimeoutError):
+                        await asyncio.wait_for(locks.lock("stuck").acquire(), 0.1)
+                    await locks.aclose()
+                    started = time.monotonic()
+                    await locks.aclose()
+                    return time.monotonic() - started
+                finally:
+                    server.resume()
+
+            again = asyncio.run(scenario())
+    assert again < CLOSE_GRACE_S / 2, again

@@ -45,6 +45,7 @@ class Background:
         self._clock = clock
         self._workers: set[Worker] = set()
         self._tidy: Callable[[], None] | None = None
+        self._settled = False
 
     def finish(self, claim: Claim, *, withdraw: bool = False, lost: Lease | None = None) -> None:
         """Send an interrupted release (or withdrawal, or a lost lease's release) again; the
@@ -58,9 +59,11 @@ class Background:
     def settle(self, tidy: Callable[[], None] | None) -> None:
         """Wait up to :data:`CLOSE_GRACE_S` for the work under way; what ends later calls
         ``tidy`` (closing the connections it opened) if this was the last of it."""
-        deadline = self._clock() + CLOSE_GRACE_S
-        for worker in list(self._workers):
-            worker.wait(deadline - self._clock())
+        if not self._settled:  # a second close() does not wait again
+            self._settled = True
+            deadline = self._clock() + CLOSE_GRACE_S
+            for worker in list(self._workers):
+                worker.wait(deadline - self._clock())
         self._tidy = tidy
 
     def _start(self, job: Callable[[], None], name: str) -> None:
