@@ -300,7 +300,9 @@ def test_ls_and_show_label_holders_readably(redlease_url, prefix, locks):
     assert by_name["by-name"]["pid"] == os.getpid()
 
 
-@pytest.mark.parametrize("value", ["justavalue", "a|b|c|d", "tok|host|notapid|thread X"])
+@pytest.mark.parametrize(
+    "value", ["justavalue", "a|b|c|d", "tok|host|notapid|thread X", "t|h|²|o", "t|h|٣٤|o"]
+)
 def test_a_lease_written_by_another_program_shows_as_its_token(redlease_url, prefix, server, value):
     """cli.md: the parts are null for a token without redlease's ``…|host|pid|owner``
     tail, and the label is the token. A pid that is no number is no such tail."""

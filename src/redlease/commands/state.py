@@ -157,11 +157,17 @@ def parse_token(token: str) -> tuple[str | None, int | None, str | None]:
     if len(parts) < 4:
         return None, None, None
     _, host, pid, owner = parts
-    if not pid.isdigit():  # a token_factory that writes "|" itself: cut from the right
+    if not _is_pid(pid):  # a token_factory that writes "|" itself: cut from the right
         host, pid, owner = token.rsplit("|", 3)[1:]
-    if not pid.isdigit():  # no redlease tail: another program's value
+    if not _is_pid(pid):  # no redlease tail: another program's value
         return None, None, None
     return host, int(pid), _readable_owner(owner) or None
+
+
+def _is_pid(text: str) -> bool:
+    """ASCII digits only: ``isdigit()`` alone takes ``²`` and ``٣``, which ``int()`` refuses
+    or no process id is written with."""
+    return text.isascii() and text.isdigit()
 
 
 def _readable_owner(owner: str) -> str:
