@@ -610,6 +610,9 @@ def test_a_url_that_is_no_server_url_is_invalid_input(make, url):
         ("socket_timeout=2&sockettimeout=2", "sockettimeout"),
         ("socket-timeout=2", "socket-timeout"),
         ("protocol=9", "protocol"),
+        ("=1", "''"),
+        ("foo", "foo"),
+        ("foo=", "foo"),
     ],
 )
 @pytest.mark.parametrize("make", [redlease.Locks, redlease.AsyncLocks, redlease.Redlock])
@@ -642,12 +645,25 @@ async def test_cluster_mode_on_a_server_that_is_no_cluster_is_invalid_input(
                 await locks.lock("x").try_acquire()
 
 
-@pytest.mark.parametrize("option", ["pasword", "passwd", "pass", "pwd", "auth", "secret"])
-def test_a_misspelt_password_option_is_not_echoed(option, redlease_url):
+@pytest.mark.parametrize(
+    "query",
+    [
+        "pasword=hunter2",
+        "passwd=hunter2",
+        "pwd=hunter2",
+        "foo=1&pssword=hunter2",
+        "foo=1&pässwort=hunter2",
+        "%70assword=hunter2&foo=1",
+        "%70assword=hunter2&protocol=9",
+        "=hunter2",
+    ],
+)
+def test_a_password_in_a_query_is_never_echoed(query, redlease_url):
+    """Whatever the option is called (redis-py decodes ``%70assword`` to ``password``), an
+    error about the URL shows no value of its query."""
     with pytest.raises(redlease.InvalidArgument) as raised:
-        redlease.Locks(f"{redlease_url}?{option}=hunter2")
+        redlease.Locks(f"{redlease_url}?{query}")
     assert "hunter2" not in str(raised.value)
-    assert option in str(raised.value)
 
 
 @pytest.mark.parametrize(

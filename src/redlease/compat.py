@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any, TypeVar
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from redlease.errors import InvalidArgument, ServerUnavailable
 
@@ -146,7 +146,7 @@ def from_url(make: Callable[[str], T], url: str) -> T:
         if option is None:
             raise
         raise InvalidArgument(
-            f"{redacted(url, option[1])!r} has the option {option[1]!r}, which the client "
+            f"{redacted(url)!r} has the option {option[1]!r}, which the client "
             "does not know (see redis-py's from_url for the ones it does)"
         ) from None
     except _RefusedOption as refused:
@@ -156,7 +156,7 @@ def from_url(make: Callable[[str], T], url: str) -> T:
     except ValueError as error:  # an unknown scheme, a port out of range, a bad db number
         shown = redacted(url)
         # the parser's message quotes pieces of the URL: a password's too, when there is one
-        why = f" ({error})" if shown == url.strip() else ""
+        why = f" ({error})" if _without_user_password(url) == url.strip() else ""
         raise InvalidArgument(
             f"{shown!r} is not a server URL{why}: write redis://HOST:PORT/DB, "
             "rediss://HOST:PORT/DB for TLS, or unix:///path/to/socket"
@@ -180,11 +180,11 @@ def _made_from(make: Callable[[str], T], url: str) -> T:
     if pool is None:
         _check_url_options(url, library_of(client))
     else:
-        _connection_of(pool.connection_class, pool.connection_kwargs)
+        _connection_of(pool.connection_class, pool.connection_kwargs, _blank_options(url))
     return client
 
 
-_UNEXPECTED_OPTION = re.compile(r"unexpected keyword argument '([^']+)'")
+_UNEXPECTED_OPTION = re.compile(r"unexpected keyword argument '([^']*)'")
 
 
 class _RefusedOption(Exception):
@@ -202,19 +202,36 @@ def _check_url_options(url: str, library: ModuleType) -> None:
         for name, value in connection.parse_url(url).items()
         if name not in own.parameters  # the cluster client's own (read_from_replicas...)
     }
-    _connection_of(options.pop("connection_class", connection.Connection), options)
+    blank = [name for name in _blank_options(url) if name not in own.parameters]
+    _connection_of(options.pop("connection_class", connection.Connection), options, blank)
 
 
-def _connection_of(connection_class: type[Any], options: dict[str, Any]) -> None:
+def _blank_options(url: str) -> list[str]:
+    """The options written without a value (``?foo``, ``?foo=``): redis-py drops them."""
+    return [name for name, value in parse_qsl(urlsplit(url).query, True) if not value]
+
+
+def _connection_of(connection_class: type[Any], options: dict[str, Any], blank: list[str]) -> None:
     """Make (no I/O) a connection object of these options: redis-py keeps a URL option it
     does not know, and fails on it at the first connection (a TypeError), as it does on a
-    value it refuses (``?protocol=9``); this finds both where the URL is given."""
+    value it refuses (``?protocol=9``); this finds both where the URL is given. Options
+    without a value are tried one by one, for their names only."""
     try:
         connection_class(**options)
     except TypeError:
         raise
     except Exception as error:
         raise _RefusedOption() from error
+    for name in blank:
+        if name in options:
+            continue
+        try:
+            connection_class(**options, **{name: None})
+        except TypeError as error:
+            if _UNEXPECTED_OPTION.search(str(error)):
+                raise
+        except Exception:  # noqa: S110 - a known option, which None does not suit
+            pass
 
 
 def _lower_scheme(url: str) -> str:
@@ -225,20 +242,23 @@ def _lower_scheme(url: str) -> str:
     return scheme.lower() + colon + rest
 
 
-_QUERY_OPTION = re.compile(r"([?&])([^=&#]*)=([^&]*)")
-_SECRET_WORDS = ("pas", "pw", "secret", "token", "auth", "cred")
-"""Option names whose value is masked: ``password`` and its misspellings (``pasword``,
-``passwd``, ``pwd``), which redis-py does not read, so the value is not masked as one."""
+_QUERY_VALUE = re.compile(r"([?&][^=&#]*=)[^&]*")
 
 
-def redacted(url: str, *options: str) -> str:
-    """``url`` with its password, if any, replaced by ``***``: fit for a message.
+def redacted(url: str) -> str:
+    """``url`` with its password, if any, and every query value replaced by ``***``: fit
+    for a message.
 
     Works on the text as written, so a URL no parser accepts is masked too (a slash or the
     scheme missing), and a password holding ``#``, ``/``, ``?`` or ``@`` unencoded is
     masked whole: everything from the first colon of the user part to the last ``@``
-    (sometimes more than the password, never less). So are the values of a query option
-    named like a password or a secret, and of the ``options`` named."""
+    (sometimes more than the password, never less). Query values go whatever the option
+    is called: a password can hide in a misspelt name, or an escaped one (``%70assword``).
+    """
+    return _QUERY_VALUE.sub(r"\1***", _without_user_password(url))
+
+
+def _without_user_password(url: str) -> str:
     text = url.strip()
     if "@" in text:
         head, tail = text.rsplit("@", 1)
@@ -246,13 +266,7 @@ def redacted(url: str, *options: str) -> str:
         colon = head.find(":", start)
         if colon >= 0:
             text = f"{head[: colon + 1]}***@{tail}"
-
-    def mask(option: re.Match[str]) -> str:
-        name = option[2]
-        secret = name in options or any(word in name.lower() for word in _SECRET_WORDS)
-        return f"{option[1]}{name}=***" if secret else option[0]
-
-    return _QUERY_OPTION.sub(mask, text)
+    return text
 
 
 def _check_database(url: str) -> None:
