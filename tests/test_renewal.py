@@ -375,12 +375,33 @@ def test_an_async_on_lost_callback_on_a_sync_lease_is_refused(redlease_url, pref
         async def __call__(self, lease: Lease) -> None:
             raise AssertionError("never awaited")
 
+    async def generated(lease: Lease) -> Any:
+        yield lease
+
     with redlease.Locks(redlease_url, prefix=prefix) as locks:
         with locks.lock("sync-told") as lease:
-            for callback in (told, Alert(), functools.partial(told)):
+            for callback in (told, Alert(), functools.partial(told), generated):
                 with pytest.raises(redlease.InvalidArgument, match="async def"):
                     lease.on_lost(callback)
             lease.on_lost(lambda lost: None)
+
+
+def test_a_sync_lease_callback_returning_a_coroutine_is_reported_not_dropped(
+    redlease_url, prefix, caplog
+):
+    """A plain function around an ``async def`` passes ``on_lost``'s check; the coroutine
+    it returns cannot be awaited by the sync flavour, and the holder must hear of that."""
+
+    async def told(lease: Lease) -> None:
+        raise AssertionError("never awaited")
+
+    with redlease.Locks(redlease_url, prefix=prefix) as locks:
+        lease = locks.lock("wrapped", ttl=0.05, renew=False).acquire()
+        lease.on_lost(lambda lost: told(lost))  # noqa: PLW0108 - the point of the test
+        time.sleep(0.1)
+        with caplog.at_level(logging.ERROR, logger="redlease"):
+            assert locks.lock("wrapped").release() is ReleaseOutcome.EXPIRED
+    assert any("cannot await" in record.getMessage() for record in caplog.records)
 
 
 def test_an_async_on_lost_callback_with_no_running_loop_is_refused(redlease_url, prefix):

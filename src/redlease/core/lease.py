@@ -115,8 +115,9 @@ class Lease:
         """The sync flavour calls callbacks and drops what they return: an ``async def``
         one would never run, and the holder never be told."""
         call = getattr(callback, "__call__", None)  # noqa: B004 - an object's async __call__
-        if not self._asyncio and (
-            inspect.iscoroutinefunction(callback) or inspect.iscoroutinefunction(call)
+        if not self._asyncio and any(
+            inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function)
+            for function in (callback, call)
         ):
             raise InvalidArgument(
                 f"on_lost got {callback!r}, an async def function, for a lease of the sync "

@@ -266,7 +266,18 @@ def shielded(value: T, within: float | None = None) -> T:
 
 
 def fire(lease: Lease, callbacks: list[LostCallback]) -> None:
-    run_callbacks(callbacks, lease)
+    """Run lost-lease callbacks. One that returns a coroutine (a plain function around an
+    ``async def``, which ``on_lost`` cannot tell from any other) is not awaited here: it is
+    closed and reported as an error, never dropped in silence."""
+    for result in run_callbacks(callbacks, lease):
+        if inspect.isawaitable(result) or inspect.isasyncgen(result):
+            getattr(result, "close", lambda: None)()
+            logger.error(
+                "on_lost callback of lock %r returned %s, which the sync Locks cannot await: "
+                "it did not run; give a plain function (or use AsyncLocks)",
+                lease.name,
+                type(result).__name__,
+            )
 
 
 def fire_aside(lease: Lease, callbacks: list[LostCallback]) -> threading.Thread | None:
@@ -275,7 +286,7 @@ def fire_aside(lease: Lease, callbacks: list[LostCallback]) -> threading.Thread 
     if not callbacks:
         return None
     thread = threading.Thread(
-        target=run_callbacks, args=(callbacks, lease), name="redlease-on-lost", daemon=True
+        target=fire, args=(lease, callbacks), name="redlease-on-lost", daemon=True
     )
     thread.start()
     return thread
