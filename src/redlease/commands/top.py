@@ -75,27 +75,28 @@ def register(commands: Any) -> None:
 
 
 def show_top(args: argparse.Namespace) -> int:
+    """``top`` quits with 0 on Ctrl-C, whenever it comes (while connecting too)."""
     prefix = validate_prefix(args.prefix)
-    with connect(args, timeout=READ_TIMEOUT) as client:
-        reader = _Reader(client, prefix, args.pattern)
-        if args.once or not sys.stdout.isatty():
-            return _print_once(reader, args)
-        return _Screen(reader, args).run()
+    try:
+        with connect(args, timeout=READ_TIMEOUT) as client:
+            reader = _Reader(client, prefix, args.pattern)
+            if args.once or not sys.stdout.isatty():
+                return _print_once(reader, args)
+            return _Screen(reader, args).run()
+    except KeyboardInterrupt:
+        return ExitCode.OK
 
 
 def _print_once(reader: _Reader, args: argparse.Namespace) -> int:
     """Two readings ``--interval`` apart, with the leases about to run out read again in
-    between (as the live view does), then the table; Ctrl-C quits, as ``q`` would."""
+    between (as the live view does), then the table."""
     tracker = Tracker()
-    try:
-        tracker.record(reader.read_all(), time.monotonic(), complete=True)
-        end = time.monotonic() + args.interval
-        while (now := time.monotonic()) < end:
-            time.sleep(max(min(end, tracker.next_check() or end) - now, 0.0))
-            _check_due(reader, tracker)
-        tracker.record(reader.read_all(), time.monotonic(), complete=True)
-    except KeyboardInterrupt:
-        return ExitCode.OK
+    tracker.record(reader.read_all(), time.monotonic(), complete=True)
+    end = time.monotonic() + args.interval
+    while (now := time.monotonic()) < end:
+        time.sleep(max(min(end, tracker.next_check() or end) - now, 0.0))
+        _check_due(reader, tracker)
+    tracker.record(reader.read_all(), time.monotonic(), complete=True)
     print_table(tracker.rows(args.sort), sys.stdout)
     return ExitCode.OK
 
