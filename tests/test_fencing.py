@@ -245,6 +245,7 @@ async def test_incrby_past_64_bits_is_refused_and_writes_nothing(
         (Holder(True), ("set", 1)),  # type: ignore[arg-type]
         (Holder(1, ""), ("set", 1)),
         (Holder(1), ("set", 1, 0)),
+        (Holder(1), ("set", 1, 2**63)),
         (Holder(1), ("hset", {})),
         (Holder(1), ("incrby", 1.5)),
         (Holder(1), ("incrby", 2**63)),
@@ -262,6 +263,27 @@ async def test_bad_input_is_refused_before_any_io(
     with pytest.raises(InvalidArgument):
         await getattr(guard, method)(holder, key, *args)
     assert server.exists(key, f"{key}:fence") == 0
+
+
+async def test_a_refusal_needs_no_lock_name_and_survives_a_corrupt_record(
+    guard: Any, server: redis.Redis, key: str
+) -> None:
+    """A holder with only ``fence`` and ``token`` (what fencing.md asks for) is refused as
+    any other; a record another program spoilt is ``WrongKeyType``, not a ``ValueError``."""
+
+    @dataclass(frozen=True)
+    class Bare:
+        fence: int
+        token: str
+
+    await guard.set(Bare(5, "owner-a"), key, 1)
+    with pytest.raises(FenceRejected) as refused:
+        await guard.set(Bare(4, "owner-b"), key, 2)
+    assert refused.value.lock is None
+    server.hset(f"{key}:fence", "fence", "abc")
+    with pytest.raises(WrongKeyType):
+        await guard.set(Bare(6, "owner-a"), key, 3)
+    assert server.get(key) == b"1"
 
 
 async def test_empty_key_is_refused(guard: Any) -> None:

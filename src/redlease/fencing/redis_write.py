@@ -27,6 +27,10 @@ RECORD_ADVICE = (
     "nothing was written: another program uses the guard's record key; choose another record_suffix"
 )
 
+MAX_PX = 2**53 - 1
+"""The longest expiry ``set`` takes (285,000 years): past about 2**63 ms from now the
+server refuses it, after a round trip."""
+
 NOT_AN_INTEGER = "string that is not an integer"
 """What ``fenced_write.lua`` finds where ``incrby`` wants an integer."""
 
@@ -60,11 +64,15 @@ class FencedWrite:
         if status == 1:
             return int(reply[1])
         if status == 0:
+            newest = as_text(reply[1])
+            if not (newest.isascii() and newest.isdigit()):  # another program's record
+                found = f"hash whose fence is {newest[:40]!r}"
+                raise WrongKeyType(as_text(self.keys[1]), found, "hash", RECORD_ADVICE)
             raise FenceRejected(
                 as_text(self.keys[0]),
                 int(self.args[0]),
-                int(reply[1]),
-                lock=self.holder.name,
+                int(newest),
+                lock=getattr(self.holder, "name", None),
                 reused=as_text(reply[2]) == "owner",
             )
         if status == -3:
@@ -122,8 +130,12 @@ class RedisGuardBase:
 
     def _set(self, holder: Fenced, key: RedisKey, value: RedisValue, px: int | None) -> FencedWrite:
         _check_value(value, "value")
-        if px is not None and (isinstance(px, bool) or not isinstance(px, int) or px <= 0):
-            raise InvalidArgument(f"px must be a positive int of milliseconds or None, not {px!r}")
+        if px is not None and (
+            isinstance(px, bool) or not isinstance(px, int) or not 0 < px <= MAX_PX
+        ):
+            raise InvalidArgument(
+                f"px must be an int of milliseconds from 1 to 2**53 - 1, or None, not {px!r}"
+            )
         return self._write(holder, key, "string", "set", value, "" if px is None else str(px))
 
     def _hset(
