@@ -385,3 +385,19 @@ def test_bad_dependency_options_fail_early() -> None:
         lock_dependency(alocks, "order:{user_id}", status_code=500)
     with pytest.raises(redlease.InvalidArgument, match="field"):
         lock_dependency(alocks, "order:{0}")
+    for template in ("x:{a.b}", "x:{a[0]}", "x:{class}"):
+        with pytest.raises(redlease.InvalidArgument, match="field"):
+            lock_dependency(alocks, template)
+
+
+async def test_a_parameter_that_makes_no_lock_name_is_the_clients_mistake(
+    alocks: redlease.AsyncLocks,
+) -> None:
+    """A brace (reserved for cluster hash tags) or an over-long value in a request is bad
+    input from the client: FastAPI's 422, not a 500."""
+    async with client_for(order_app(alocks)) as client:
+        braced = await client.get("/reports", params={"customer": "a}b"})
+        long = await client.get("/reports", params={"customer": "c" * 2000})
+    for response in (braced, long):
+        assert response.status_code == 422, response.text
+        assert response.json()["detail"]["error"] == "invalid lock name"

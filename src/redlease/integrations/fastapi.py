@@ -15,6 +15,7 @@ endpoint runs and released when it returns (or raises), before the response is s
 from __future__ import annotations
 
 import inspect
+import keyword
 import logging
 import string
 from collections.abc import AsyncIterator
@@ -24,7 +25,7 @@ from fastapi import Depends, HTTPException
 
 from redlease.aio.lock import AsyncLocks
 from redlease.core.lease import Lease, ReleaseOutcome
-from redlease.errors import InvalidArgument, LockTimeout
+from redlease.errors import InvalidArgument, InvalidName, LockTimeout
 
 __all__ = ["lock_dependency"]
 
@@ -74,7 +75,11 @@ def lock_dependency(
 
     async def hold_lock(**params: str) -> AsyncIterator[Lease]:
         name = key.format_map(params)
-        lock = locks.lock(name, ttl=ttl, renew=renew, timeout=timeout, owner=object())
+        try:
+            lock = locks.lock(name, ttl=ttl, renew=renew, timeout=timeout, owner=object())
+        except InvalidName as exc:  # the request's values made it: the client's mistake
+            detail = {"error": "invalid lock name", "lock": None, "message": str(exc)}
+            raise HTTPException(422, detail=detail) from exc
         try:
             lease = await lock.acquire()
         except LockTimeout as exc:
@@ -107,13 +112,13 @@ def _parameters(key: str) -> inspect.Signature:
     for _, field, _, _ in string.Formatter().parse(key):
         if field is None:
             continue
-        root = field.split(".")[0].split("[")[0]
-        if not root.isidentifier():
+        if not field.isidentifier() or keyword.iskeyword(field):  # no .attr, [index], 0
             raise InvalidArgument(
-                f"lock name template {key!r}: field {field!r} must name a path or query parameter"
+                f"lock name template {key!r}: field {field!r} must name a path or query "
+                "parameter (its value is a str: no .attribute or [index])"
             )
-        if root not in fields:
-            fields.append(root)
+        if field not in fields:
+            fields.append(field)
     return inspect.Signature(
         [
             inspect.Parameter(field, inspect.Parameter.KEYWORD_ONLY, annotation=str)
