@@ -623,6 +623,30 @@ async def test_a_latch_on_a_server_that_is_gone_says_what_it_could_not_do(
             await call()
 
 
+async def test_one_owner_holding_a_name_as_a_lock_and_in_a_multi_lock_is_refused_at_once(
+    make_family,
+):
+    """A multi-lock would wait on its own owner's lock of one of its names (forever, with
+    no timeout), and a lock on its owner's multi-lock part: both are refused at once, as a
+    read-write lock refuses its own owner's upgrade."""
+    family = await make_family()
+    single = family.lock("acct:1")
+    multi = family.multi_lock(["acct:1", "acct:2"])
+    await single.acquire()
+    with pytest.raises(redlease.LockError, match="already holds") as refused:
+        await multi.acquire(timeout=2)
+    assert not isinstance(refused.value, redlease.LockTimeout)
+    await single.release()
+
+    await multi.acquire()
+    with pytest.raises(redlease.LockError, match="multi-lock") as refused:
+        await family.lock("acct:2").acquire(timeout=2)
+    assert not isinstance(refused.value, redlease.LockTimeout)
+    await multi.release()
+    await single.acquire()  # both free again
+    await single.release()
+
+
 async def test_a_multi_lock_is_released_by_any_handle_of_its_names_and_owner(
     make_family, server, prefix
 ):

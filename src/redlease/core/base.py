@@ -19,7 +19,7 @@ from redlease.core.lease import Lease, LostCallback, ReleaseOutcome, local_deadl
 from redlease.core.ops import Claim
 from redlease.core.owner import Owner
 from redlease.core.protocol import AcquireRequest, Grant, release_reason
-from redlease.errors import InvalidArgument, LeaseLost, LockTimeout, NotOwned
+from redlease.errors import InvalidArgument, LeaseLost, LockError, LockTimeout, NotOwned
 from redlease.keys import ttl_to_ms
 
 WAIT_FOREVER = -1.0
@@ -209,6 +209,12 @@ class LockBase(LeasedBase[LocksT]):
                 raise LeaseLost(self.name, f"cannot reenter: {held.lost_reason}")
             held._count += 1
             return owner, held, None
+        multi = self._locks._multi_holding(self.keys.name, owner) if self._kind == "lock" else None
+        if multi is not None:  # the lock would wait on its own owner's part
+            raise LockError(
+                f"{owner.describe()} holds lock {self.name!r} in multi-lock {multi!r}: "
+                "release that first"
+            )
         claim = self._claim(self._locks._new_token(owner), publish)
         return owner, None, self._request(claim, blocking, timeout)
 

@@ -138,6 +138,14 @@ class LocksBase:
         # one dict read is atomic: no guard needed (writers still take it)
         return self._held_by.get((role, owner))
 
+    def _multi_holding(self, name: str, owner: Hashable) -> str | None:
+        """The multi-lock (its ``+``-joined names) in which ``owner`` holds ``name``."""
+        with self._guard:
+            for names, holder in self._multi_by:
+                if holder == owner and name in names:
+                    return "+".join(names)
+        return None
+
     def _held_leases(self) -> list[Lease]:
         with self._guard:
             return list(self._held_by.values())

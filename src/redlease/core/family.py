@@ -203,6 +203,18 @@ class MultiLockBase(LeasedBase[LocksT]):
     def _claims(self, owner: Owner, publish: str) -> list[Claim]:
         if self._holding(owner) is not None:
             raise LockError(f"multi-lock {self.name!r} is already held by {owner.describe()}")
+        for keys in self._all_keys:  # it would wait on its own owner, for ever
+            if self._locks._held(keys.lease, owner) is not None:
+                raise LockError(
+                    f"{owner.describe()} already holds lock {keys.name!r}: a multi-lock of it "
+                    "would wait on its own holder; release it first"
+                )
+            other = self._locks._multi_holding(keys.name, owner)
+            if other is not None:
+                raise LockError(
+                    f"{owner.describe()} already holds lock {keys.name!r} in multi-lock "
+                    f"{other!r}: a multi-lock of it would wait on its own holder"
+                )
         token = self._locks._new_token(owner)
         return [
             ExclusiveClaim(
