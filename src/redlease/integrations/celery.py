@@ -56,10 +56,15 @@ class AlreadyRunning(LockTimeout):
         self.args = (task, name, timeout)  # what Celery and pickle rebuild it from
 
     def __str__(self) -> str:
-        waited = f" after waiting {self.timeout:g} s" if self.timeout else ""
+        if self.timeout:
+            advice = "give it a longer timeout, or on_conflict='skip' to drop this run"
+            waited = f" after waiting {self.timeout:g} s"
+        else:
+            advice = "use on_conflict='wait' to run after it or 'skip' to drop this run"
+            waited = ""
         return (
             f"task {self.task!r} is already running: lock {self.name!r} is held by another "
-            f"run{waited}; use on_conflict='wait' to run after it or 'skip' to drop this run"
+            f"run{waited}; {advice}"
         )
 
 
