@@ -140,6 +140,8 @@ class LocksBase:
 
     def _multi_holding(self, name: str, owner: Hashable) -> str | None:
         """The multi-lock (its ``+``-joined names) in which ``owner`` holds ``name``."""
+        if not self._multi_by:  # the common case, on every acquire: no lock taken
+            return None
         with self._guard:
             for names, holder in self._multi_by:
                 if holder == owner and name in names:
