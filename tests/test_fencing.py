@@ -280,10 +280,12 @@ async def test_a_refusal_needs_no_lock_name_and_survives_a_corrupt_record(
     with pytest.raises(FenceRejected) as refused:
         await guard.set(Bare(4, "owner-b"), key, 2)
     assert refused.value.lock is None
-    server.hset(f"{key}:fence", "fence", "abc")
-    with pytest.raises(WrongKeyType):
-        await guard.set(Bare(6, "owner-a"), key, 3)
-    assert server.get(key) == b"1"
+    for spoilt, fence in [("abc", 6), ("zz", 100), ("1e3", 5000), ("", 5), ("007", 8)]:
+        server.hset(f"{key}:fence", "fence", spoilt)
+        with pytest.raises(WrongKeyType):
+            await guard.set(Bare(fence, "owner-a"), key, 3)
+        assert server.get(key) == b"1"
+        assert server.hget(f"{key}:fence", "fence") == spoilt.encode()
 
 
 async def test_empty_key_is_refused(guard: Any) -> None:

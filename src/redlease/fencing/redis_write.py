@@ -64,14 +64,10 @@ class FencedWrite:
         if status == 1:
             return int(reply[1])
         if status == 0:
-            newest = as_text(reply[1])
-            if not (newest.isascii() and newest.isdigit()):  # another program's record
-                found = f"hash whose fence is {newest[:40]!r}"
-                raise WrongKeyType(as_text(self.keys[1]), found, "hash", RECORD_ADVICE)
             raise FenceRejected(
                 as_text(self.keys[0]),
                 int(self.args[0]),
-                int(newest),
+                int(reply[1]),
                 lock=getattr(self.holder, "name", None),
                 reused=as_text(reply[2]) == "owner",
             )

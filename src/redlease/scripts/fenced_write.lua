@@ -13,7 +13,7 @@
 --         INCRBY's value)
 --       | {0, newest fence, 'older' | 'owner'} refused
 --       | {-1, 1 | 2, type found} KEYS[1] or KEYS[2] holds a value of the wrong type (a
---         string that is not an integer, for incrby)
+--         string that is not an integer, for incrby; a record whose fence is no token)
 --       | {-3, 'overflow'} incrby would take the value past 64 bits; nothing written
 local record_type = redis.call('type', KEYS[2])['ok']
 if record_type ~= 'none' and record_type ~= 'hash' then
@@ -38,6 +38,9 @@ end
 
 local record = redis.call('hmget', KEYS[2], 'fence', 'owner')
 local newest, owner = record[1], record[2]
+if newest and not string.find(newest, '^[1-9]%d*$') and newest ~= '0' then
+  return {-1, 2, 'hash whose fence is not a token'}  -- another program's: compare nothing
+end
 if newest then
   if older(ARGV[1], newest) then
     return {0, newest, 'older'}
