@@ -301,7 +301,15 @@ def test_ls_and_show_label_holders_readably(redlease_url, prefix, locks):
 
 
 @pytest.mark.parametrize(
-    "value", ["justavalue", "a|b|c|d", "tok|host|notapid|thread X", "t|h|²|o", "t|h|٣٤|o"]
+    "value",
+    [
+        "justavalue",
+        "a|b|c|d",
+        "tok|host|notapid|thread X",
+        "t|h|²|o",
+        "t|h|٣٤|o",
+        "t|h|1" + "0" * 5000 + "|o",
+    ],
 )
 def test_a_lease_written_by_another_program_shows_as_its_token(redlease_url, prefix, server, value):
     """cli.md: the parts are null for a token without redlease's ``…|host|pid|owner``

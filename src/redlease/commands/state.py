@@ -164,10 +164,14 @@ def parse_token(token: str) -> tuple[str | None, int | None, str | None]:
     return host, int(pid), _readable_owner(owner) or None
 
 
+PID_DIGITS = 19
+"""Longer is no process id (and ``int()`` refuses past 4,300 digits)."""
+
+
 def _is_pid(text: str) -> bool:
     """ASCII digits only: ``isdigit()`` alone takes ``²`` and ``٣``, which ``int()`` refuses
     or no process id is written with."""
-    return text.isascii() and text.isdigit()
+    return text.isascii() and text.isdigit() and len(text) <= PID_DIGITS
 
 
 def _readable_owner(owner: str) -> str:

@@ -209,7 +209,8 @@ class LockBase(LeasedBase[LocksT]):
                 raise LeaseLost(self.name, f"cannot reenter: {held.lost_reason}")
             held._count += 1
             return owner, held, None
-        multi = self._locks._multi_holding(self.keys.name, owner) if self._kind == "lock" else None
+        exclusive = self._kind in ("lock", "fair")  # what a multi-lock's parts conflict with
+        multi = self._locks._multi_holding(self.keys.name, owner) if exclusive else None
         if multi is not None:  # the lock would wait on its own owner's part
             raise LockError(
                 f"{owner.describe()} holds lock {self.name!r} in multi-lock {multi!r}: "
