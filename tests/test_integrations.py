@@ -388,6 +388,9 @@ def test_bad_dependency_options_fail_early() -> None:
     for template in ("x:{a.b}", "x:{a[0]}", "x:{class}"):
         with pytest.raises(redlease.InvalidArgument, match="field"):
             lock_dependency(alocks, template)
+    for template in ("o:{a:{b}}", "o:{a:d}", "o:{a!z}"):
+        with pytest.raises(redlease.InvalidArgument, match="template"):
+            lock_dependency(alocks, template)
 
 
 async def test_a_parameter_that_makes_no_lock_name_is_the_clients_mistake(

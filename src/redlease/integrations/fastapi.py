@@ -119,6 +119,12 @@ def _parameters(key: str) -> inspect.Signature:
             )
         if field not in fields:
             fields.append(field)
+    try:  # a nested field, a format spec or a conversion str does not take fails here
+        key.format_map(dict.fromkeys(fields, "x"))
+    except (KeyError, ValueError, IndexError) as error:
+        raise InvalidArgument(
+            f"lock name template {key!r} cannot be filled from str parameters: {error}"
+        ) from None
     return inspect.Signature(
         [
             inspect.Parameter(field, inspect.Parameter.KEYWORD_ONLY, annotation=str)
