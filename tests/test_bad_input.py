@@ -613,6 +613,7 @@ def test_a_url_that_is_no_server_url_is_invalid_input(make, url):
         ("=1", "''"),
         ("foo", "foo"),
         ("foo=", "foo"),
+        ("retry=x", "retry"),
     ],
 )
 @pytest.mark.parametrize("make", [redlease.Locks, redlease.AsyncLocks, redlease.Redlock])
@@ -625,11 +626,17 @@ def test_an_unknown_url_option_is_invalid_input_at_once(make, query, named, redl
         make([url] if make is redlease.Redlock else url)
 
 
+def test_a_known_url_option_written_blank_is_dropped_as_redis_py_does(redlease_url, prefix):
+    for query in ("max_connections=", "max_connections", "socket_timeout="):
+        redlease.Locks(f"{redlease_url}?{query}", prefix=prefix).close()
+
+
 @pytest.mark.parametrize("make", [redlease.Locks, redlease.AsyncLocks])
 def test_an_unknown_url_option_of_a_cluster_is_invalid_input(make):
     """The sync cluster client drops options it does not know without a word."""
-    with pytest.raises(redlease.InvalidArgument, match="bogus"):
-        make("redis://127.0.0.1:1/0?bogus=1", cluster=True)
+    for query, named in [("bogus=1", "bogus"), ("retry=x", "retry")]:
+        with pytest.raises(redlease.InvalidArgument, match=named):
+            make(f"redis://127.0.0.1:1/0?{query}", cluster=True)
 
 
 async def test_cluster_mode_on_a_server_that_is_no_cluster_is_invalid_input(

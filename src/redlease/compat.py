@@ -166,6 +166,10 @@ def from_url(make: Callable[[str], T], url: str) -> T:
 def _made_from(make: Callable[[str], T], url: str) -> T:
     _check_database(url.strip())
     url = _lower_scheme(url)
+    connection = importlib.import_module(f"{_LIBRARIES[0].__name__}.connection")
+    for name in _OBJECT_OPTIONS.intersection(connection.parse_url(url)):
+        why = f"{name} takes a Python object, which a URL cannot give"
+        raise _RefusedOption() from ValueError(why)
     try:
         client = make(url)
     except ClusterErrors as error:  # a cluster client connects at once, to learn the slots
@@ -206,6 +210,27 @@ def _check_url_options(url: str, library: ModuleType) -> None:
     _connection_of(options.pop("connection_class", connection.Connection), options, blank)
 
 
+_OBJECT_OPTIONS = frozenset(
+    {
+        "retry",
+        "retry_on_error",
+        "credential_provider",
+        "redis_connect_func",
+        "parser_class",
+        "event_dispatcher",
+        "cache",
+        "cache_config",
+        "maint_notifications_config",
+        "driver_info",
+    }
+)
+"""Connection options whose value is an object: a URL gives them a str, which the
+connection takes and fails on at its first command."""
+_POOL_OPTIONS = frozenset({"max_connections", "timeout", "connection_class", "queue_class"})
+"""Options of the pool, not of a connection (``?max_connections=5``); blank, redis-py
+drops them as any other."""
+
+
 def _blank_options(url: str) -> list[str]:
     """The options written without a value (``?foo``, ``?foo=``): redis-py drops them."""
     return [name for name, value in parse_qsl(urlsplit(url).query, True) if not value]
@@ -223,7 +248,7 @@ def _connection_of(connection_class: type[Any], options: dict[str, Any], blank: 
     except Exception as error:
         raise _RefusedOption() from error
     for name in blank:
-        if name in options:
+        if name in options or name in _POOL_OPTIONS:
             continue
         try:
             connection_class(**options, **{name: None})
