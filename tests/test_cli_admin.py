@@ -321,6 +321,14 @@ def test_a_lease_written_by_another_program_shows_as_its_token(redlease_url, pre
     assert holder["label"] == value
 
 
+def test_a_url_where_the_command_goes_is_not_echoed_with_its_password():
+    """``redlease --url URL ls``: argparse takes the URL for the command and quotes it."""
+    completed = run_cli("--url", "redis://u:s3cret@h:1/0?password=s3cret", "ls", url=None)
+    assert completed.returncode == 64
+    assert "s3cret" not in completed.stderr
+    assert "u:***@h" in completed.stderr
+
+
 def test_main_in_process_leaves_the_callers_logging_as_it_was(redlease_url, prefix, capsys):
     from redlease.cli import main  # noqa: PLC0415
 

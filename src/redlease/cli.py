@@ -12,6 +12,7 @@ and 75 for a lease lost meanwhile. Library warnings print as one ``redlease: …
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
@@ -22,6 +23,7 @@ from redlease import __version__
 from redlease.commands import chaos, ls, output, release, run, server, top
 from redlease.commands.command_line import split_command
 from redlease.commands.common import ExitCode, UsageError
+from redlease.compat import redacted
 from redlease.demos import DEMOS
 from redlease.demos.base import DemoFailed
 from redlease.errors import (
@@ -41,8 +43,14 @@ class _Parser(argparse.ArgumentParser):
     """An argparse parser whose usage errors exit with EX_USAGE (64) instead of 2."""
 
     def error(self, message: str) -> NoReturn:
+        """argparse quotes the word it refused: a URL there (``redlease --url URL ls``,
+        the option before the command) shows without its password."""
         self.print_usage(sys.stderr)
+        message = _URL_IN_TEXT.sub(lambda url: redacted(url[0]), message)
         self.exit(ExitCode.USAGE, f"{self.prog}: error: {message}\n")
+
+
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s']+")
 
 
 def build_parser() -> argparse.ArgumentParser:
