@@ -36,8 +36,8 @@ from redis.backoff import NoBackoff
 
 import redlease
 from conftest import SyncLocksAdapter, eventually, subscribed_channels, token_in
-from redlease.compat import redacted
 from redlease.server import EmbeddedServer, free_port
+from redlease.urls import redacted
 
 TESTS = Path(__file__).resolve().parent
 FORK_HOLDER = TESTS / "proc_bad_fork.py"

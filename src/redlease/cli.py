@@ -23,7 +23,6 @@ from redlease import __version__
 from redlease.commands import chaos, ls, output, release, run, server, top
 from redlease.commands.command_line import split_command
 from redlease.commands.common import ExitCode, UsageError
-from redlease.compat import redacted
 from redlease.demos import DEMOS
 from redlease.demos.base import DemoFailed
 from redlease.errors import (
@@ -33,6 +32,7 @@ from redlease.errors import (
     ServerNotFound,
     ServerUnavailable,
 )
+from redlease.urls import redacted
 
 __all__ = ["build_parser", "main"]
 

@@ -11,9 +11,10 @@ from redis.asyncio.cluster import RedisCluster
 
 from redlease.aio._flavor import ASYNCIO, fire
 from redlease.aio.renewer import AsyncRenewer
-from redlease.compat import check_client, from_url
+from redlease.compat import check_client
 from redlease.core.client_state import LocksBase
 from redlease.core.lease import Lease
+from redlease.urls import from_url
 
 ClientT = TypeVar("ClientT", bound="AsyncClient")
 

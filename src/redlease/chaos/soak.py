@@ -43,8 +43,8 @@ from redlease.chaos.interrupt import stop_signals
 from redlease.chaos.soak_run import Soak
 from redlease.chaos.soak_settings import SoakSettings, Target, private_target
 from redlease.commands.common import SHARED_HINT, ExitCode, UsageError, reach
-from redlease.compat import from_url
 from redlease.errors import InvalidArgument, ServerUnavailable
+from redlease.urls import from_url
 
 PROG = "python -m redlease.chaos.soak"
 

@@ -20,10 +20,10 @@ from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.retry import Retry
 
-from redlease.compat import from_url, redacted
 from redlease.errors import ServerUnavailable
 from redlease.keys import DEFAULT_PREFIX
 from redlease.server import URL_ENV, resolve_url, server_url
+from redlease.urls import from_url, redacted
 
 __all__ = [
     "PROBE_TIMEOUT",

@@ -10,11 +10,12 @@ from typing import TypeVar
 from redis import Redis
 from redis.cluster import RedisCluster
 
-from redlease.compat import check_client, from_url
+from redlease.compat import check_client
 from redlease.core.client_state import LocksBase
 from redlease.core.lease import Lease
 from redlease.sync._flavor import ASYNCIO, fire
 from redlease.sync.renewer import Renewer
+from redlease.urls import from_url
 
 ClientT = TypeVar("ClientT", bound="Client")
 
