@@ -363,6 +363,8 @@ async def test_waiters_are_handed_the_lock_after_their_slots_master_crashes(
         make_cluster_locks, "wages", 30, 60, {"ttl": 30}
     )
     with node_client(crashed) as client:
+        # queued before the crash: one that starts waiting during it may fail (guarantees.md)
+        assert await eventually(lambda: client.llen(f"{key}:queue") == 1, 5)
         assert client.wait(1, 2000) == 1, "the replica has the grant and the queue"
     cluster.kill(crashed)
     try:
