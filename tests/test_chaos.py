@@ -21,7 +21,9 @@ from conftest import run_redlease
 from redlease.chaos.checks import History, Section, count_overlaps, fence_regressions, verdict
 from redlease.chaos.detection import KeyWatch, measure, summarize
 from redlease.chaos.fault import Detects
+from redlease.chaos.harness import _told_before
 from redlease.chaos.proxy import Mode, ProxyHub
+from redlease.chaos.tail import LogTail
 
 # The scenarios below start private servers and topologies of their own whatever REDIS_URL
 # says, so the CI pass against an external server would only repeat them.
@@ -354,6 +356,33 @@ def test_detection_counts_from_when_another_client_could_take_the_lease() -> Non
     assert summary["worst_ms"] == {"sync": pytest.approx(500.0), "asyncio": pytest.approx(100.0)}
     assert summary["not_told"] == 1
     assert summary["met"] is False
+
+
+def test_a_probe_told_of_its_loss_before_the_fault_is_not_counted_untold(tmp_path) -> None:
+    """On a busy machine a probe's renewal can be late, its lease reported lost, and the
+    fault hit that lease's remains before the probe took a new one: nothing was left for
+    the holder to learn, so the record is skipped, not counted as never told."""
+    log = tmp_path / "w1.jsonl"
+    events = [
+        {"ev": "probe", "t": 1.0, "probe": "asyncio"},
+        {"ev": "probe", "t": 1.0, "probe": "sync"},
+        {"ev": "lost", "t": 1.5, "probe": "asyncio"},
+        {"ev": "lost", "t": 2.5, "probe": "sync"},
+    ]
+    log.write_text("".join(json.dumps(event) + "\n" for event in events))
+    tail = LogTail(log)
+    tail.poll()
+    assert _told_before(tail, "asyncio", 2.0) is True
+    assert _told_before(tail, "sync", 2.0) is False
+    remains = KeyWatch("k", owner=b"token", read=True, expiry=2.1, gone_at=2.05)
+    skipped = measure(
+        Detects.FORGOTTEN, "asyncio", remains, None, forgot_at=2.05, serving_again_at=0,
+        known_lost=True,
+    )  # fmt: skip
+    assert skipped["met"] is True
+    assert "skipped" in skipped
+    untold = measure(Detects.FORGOTTEN, "sync", remains, None, forgot_at=2.05, serving_again_at=0)
+    assert untold["met"] is False
 
 
 @private_only

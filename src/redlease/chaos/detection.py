@@ -64,6 +64,8 @@ class ExpiryWatch:
         self.keys = {flavour: KeyWatch(key) for flavour, key in keys.items()}
         self.stopping = threading.Event()
         self.first_read = threading.Event()
+        self.first_read_at: float | None = None
+        """When the first reading was sent: what the probes knew then is what the fault hit."""
         self.thread = threading.Thread(target=self._run, name="chaos-watch", daemon=True)
 
     def __enter__(self) -> ExpiryWatch:
@@ -83,10 +85,12 @@ class ExpiryWatch:
                 if not watching:
                     break
                 try:
-                    self._read(client, watching)
+                    sent = self._read(client, watching)
                 except redis.RedisError:  # a restart or a stall: read again later
                     self.stopping.wait(ERROR_PAUSE)
                     continue
+                if self.first_read_at is None:
+                    self.first_read_at = sent
                 self.first_read.set()
                 self.stopping.wait(WATCH_POLL)
         finally:
@@ -94,7 +98,7 @@ class ExpiryWatch:
             client.close()
 
     @staticmethod
-    def _read(client: Any, watching: list[KeyWatch]) -> None:
+    def _read(client: Any, watching: list[KeyWatch]) -> float:
         pipe = client.pipeline(transaction=True)
         for watch in watching:
             pipe.get(watch.key)
@@ -110,6 +114,7 @@ class ExpiryWatch:
             else:  # each reading bounds the expiry from below: keep the tightest
                 expiry = sent + pttl / 1000
                 watch.expiry = expiry if watch.expiry is None else max(watch.expiry, expiry)
+        return sent
 
     def unresolved(self, lost: dict[str, dict[str, Any] | None], forgot: bool) -> list[str]:
         """Flavours whose lease went away (or was forgotten) but whose loss is not logged."""
@@ -130,11 +135,20 @@ def measure(
     *,
     forgot_at: float | None,
     serving_again_at: float,
+    known_lost: bool = False,
 ) -> dict[str, Any]:
-    """One probe's record for one injection: when it could be taken, when it was told."""
+    """One probe's record for one injection: when it could be taken, when it was told.
+
+    ``known_lost``: the probe's holder had been told its lease was lost (a renewal late on a
+    busy machine) and had not taken a new one yet when the fault began; the key the watch
+    saw was that lease's remains, which the holder has nothing more to learn about.
+    """
     record: dict[str, Any] = {"flavour": flavour}
     if watch.owner is None:
         return {**record, "skipped": "the probe held no lease when the fault began", "met": True}
+    if known_lost:
+        skipped = "the probe's holder knew its lease lost before the fault began"
+        return {**record, "skipped": skipped, "met": True}
     base = forgot_at if forgot_at is not None else watch.expiry if watch.gone_at else None
     if lost is not None:
         record["lost_reason"] = lost.get("reason")

@@ -209,6 +209,7 @@ class Run:
             if time.monotonic() > limit:
                 break
             time.sleep(POLL)
+        began = watch.first_read_at or since
         return [
             measure(
                 fault.detects,
@@ -217,6 +218,7 @@ class Run:
                 lost[flavour],
                 forgot_at=fault.forgot_at,
                 serving_again_at=fault.serving_again_at,
+                known_lost=_told_before(tail, flavour, began),
             )
             for flavour, key in watch.keys.items()
         ]
@@ -253,6 +255,12 @@ class Run:
             client.close()
         with self.lock_client() as lock_client:
             delete_namespace(lock_client, self.prefix)
+
+
+def _told_before(tail: LogTail, flavour: str, moment: float) -> bool:
+    """Whether a probe's last news before ``moment`` was the loss of its lease."""
+    last = tail.last(("probe", "lost"), moment, probe=flavour)
+    return last is not None and last["ev"] == "lost"
 
 
 def delete_namespace(client: redis.Redis, prefix: str) -> None:

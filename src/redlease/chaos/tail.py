@@ -56,3 +56,14 @@ class LogTail:
             if event.get("ev") == kind and event["t"] >= since and matches:
                 return event
         return None
+
+    def last(self, kinds: tuple[str, ...], before: float, **fields: Any) -> dict[str, Any] | None:
+        """The last event of one of ``kinds`` before ``before`` whose fields match."""
+        found = None
+        for event in self.events:
+            if event["t"] >= before:
+                break
+            matches = all(event.get(name) == value for name, value in fields.items())
+            if event.get("ev") in kinds and matches:
+                found = event
+        return found
