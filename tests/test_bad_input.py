@@ -604,6 +604,26 @@ def test_a_url_that_is_no_server_url_is_invalid_input(make, url):
 
 
 @pytest.mark.parametrize(
+    "location",
+    [
+        "redis://:pw1@127.0.0.1:6379/0,redis://:pw2@127.0.0.1:6380/0",
+        "redis://127.0.0.1:6379/0, rediss://127.0.0.1:6380/0",
+        ["redis://127.0.0.1:6379/0", "redis://127.0.0.1:6380/0"],
+        ("redis://127.0.0.1:6379/0",),
+    ],
+)
+@pytest.mark.parametrize("make", [redlease.Locks, redlease.AsyncLocks])
+def test_several_urls_for_one_client_say_to_give_one(make, location):
+    """Django's cache ``LOCATION`` may list servers, in one comma-separated string or a
+    list (the first is the one Django writes to); integrations.md says to pass it. Locks
+    live on one server: the error says to give one URL, and never shows a password."""
+    with pytest.raises(redlease.InvalidArgument, match="one server's URL") as refused:
+        make(location)
+    assert "pw1" not in str(refused.value)
+    assert "pw2" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
     ("query", "named"),
     [
         ("bogus=1", "bogus"),

@@ -108,6 +108,16 @@ def narrow_encoding(client: Any) -> str | None:
         return str(encoding)
 
 
+def several_urls(count: int) -> InvalidArgument:
+    """The error for several server URLs where one client is wanted (Django's cache
+    ``LOCATION`` can list its servers: the first is where it writes)."""
+    return InvalidArgument(
+        f"a lock client takes one server's URL, got {count} URLs: give the first (where "
+        "Django's cache LOCATION writes), or take locks on several independent masters with "
+        "Redlock"
+    )
+
+
 def check_client(client: Any, *, asyncio: bool, user: str | None = None) -> None:
     """Refuse, with the fix in the message, a client of the other flavour or no client.
 
@@ -117,6 +127,8 @@ def check_client(client: Any, *, asyncio: bool, user: str | None = None) -> None
     if user is not None:
         other = user.removeprefix("Async") if asyncio else f"Async{user}"
         wanted = user
+    if isinstance(client, (list, tuple)) and all(isinstance(url, str) for url in client):
+        raise several_urls(len(client))
     execute = getattr(client, "execute_command", None)
     if execute is None:
         raise InvalidArgument(

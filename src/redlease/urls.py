@@ -16,7 +16,13 @@ from types import ModuleType
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from redlease.compat import DEFAULT_LIBRARY, ClusterErrors, library_of, not_a_cluster
+from redlease.compat import (
+    DEFAULT_LIBRARY,
+    ClusterErrors,
+    library_of,
+    not_a_cluster,
+    several_urls,
+)
 from redlease.errors import InvalidArgument, ServerUnavailable
 
 T = TypeVar("T")
@@ -25,6 +31,8 @@ T = TypeVar("T")
 def from_url(make: Callable[[str], T], url: str) -> T:
     """``make(url)`` (a client class's ``from_url``), with a URL it cannot read refused as
     :class:`~redlease.InvalidArgument` that says what a URL looks like."""
+    if (count := len(_ANOTHER_URL.findall(url))) > 0:
+        raise several_urls(count + 1)
     try:
         return _made_from(make, url)
     except InvalidArgument:  # a ValueError too, but no parser's: it says what is wrong
@@ -76,6 +84,7 @@ def _made_from(make: Callable[[str], T], url: str) -> T:
     return client
 
 
+_ANOTHER_URL = re.compile(r",\s*[A-Za-z][A-Za-z0-9+.-]*://")
 _UNEXPECTED_OPTION = re.compile(r"unexpected keyword argument '([^']*)'")
 
 
