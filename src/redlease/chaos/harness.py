@@ -200,16 +200,18 @@ class Run:
         """Wait (bounded) until the holder logged each loss the watch saw, then measure."""
         fault, tail = self.fault, self.tails[holder]
         assert fault.detects is not None
+        began = watch.first_read_at or since
         limit = time.monotonic() + DETECT_WAIT
         while True:
             tail.poll()
+            known = {flavour: _told_before(tail, flavour, began) for flavour in watch.keys}
             lost = {flavour: tail.first("lost", since, probe=flavour) for flavour in watch.keys}
-            if not watch.unresolved(lost, fault.forgot_at is not None):
+            waiting = watch.unresolved(lost, fault.forgot_at is not None)
+            if not any(not known[flavour] for flavour in waiting):
                 break
             if time.monotonic() > limit:
                 break
             time.sleep(POLL)
-        began = watch.first_read_at or since
         return [
             measure(
                 fault.detects,
@@ -218,7 +220,7 @@ class Run:
                 lost[flavour],
                 forgot_at=fault.forgot_at,
                 serving_again_at=fault.serving_again_at,
-                known_lost=_told_before(tail, flavour, began),
+                known_lost=known[flavour],
             )
             for flavour, key in watch.keys.items()
         ]
