@@ -12,6 +12,7 @@ Names, TTLs, foreign values at the key, a maxed fence counter and a closed port 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -601,6 +602,15 @@ def test_a_url_that_is_no_server_url_is_invalid_input(make, url):
     """Every error is a LockError: a mistyped URL too, with what a URL looks like."""
     with pytest.raises(redlease.InvalidArgument, match="redis://HOST:PORT/DB"):
         make([url] if make is redlease.Redlock else url)
+
+
+@pytest.mark.parametrize("owner", [[1], {"job": 1}, {1}])
+async def test_an_unhashable_owner_is_invalid_input(make_locks, owner):
+    locks = await make_locks()
+    makers = (locks.lock, locks.fair_lock, functools.partial(locks.semaphore, permits=2))
+    for make in makers:
+        with pytest.raises(redlease.InvalidArgument, match="owner must be hashable"):
+            make("job", owner=owner)
 
 
 @pytest.mark.parametrize(

@@ -548,6 +548,26 @@ async def test_latch_wait_gives_up_with_false_after_its_timeout(make_family):
     assert await latch.count() == 1
 
 
+@pytest.mark.parametrize("timeout", [float("nan"), "1", True, [1]])
+async def test_latch_wait_refuses_a_timeout_that_is_no_number(make_family, timeout):
+    """As ``acquire(timeout=...)`` does, in both flavours: the sync one said the server did
+    not confirm a subscription, the asyncio one waited for ever, "1" gave a TypeError."""
+    latch = (await make_family()).latch("bad-wait")
+    assert await latch.try_set_count(1)
+    with pytest.raises(redlease.InvalidArgument, match="timeout"):
+        await asyncio.wait_for(latch.wait(timeout), 5)
+    assert await latch.count() == 1
+
+
+async def test_latch_wait_with_no_time_left_looks_once(make_family):
+    latch = (await make_family()).latch("look-once")
+    assert await latch.try_set_count(1)
+    assert await latch.wait(0) is False
+    assert await latch.wait(-1) is False
+    assert await latch.count_down() == 0
+    assert await latch.wait(-1) is True
+
+
 async def test_latch_count_never_goes_below_zero(make_family, server, prefix):
     counters = [(await make_family()).latch("votes") for _ in range(6)]
     assert await counters[0].try_set_count(4)

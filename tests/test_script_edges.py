@@ -422,6 +422,22 @@ async def test_a_readers_owned_names_a_foreign_value_at_the_holders(
     assert server.get(holders) == "not ours"
 
 
+async def test_a_readers_owned_asks_the_server_also_when_it_holds_nothing(
+    make_family_locks, server, prefix
+):
+    """guide.md: a key of another type at ``owned()`` is a WrongKeyType, the value left as
+    found; an owner with no read lease asks too (it used to answer False unasked)."""
+    locks = await make_family_locks()
+    holders = f"{prefix}:{{page}}:holders"
+    server.set(holders, "not ours")
+    with pytest.raises(redlease.WrongKeyType) as raised:
+        await locks.run(locks.rw_lock("page").read.owned)
+    assert raised.value.key == holders
+    assert server.get(holders) == "not ours"
+    server.delete(holders)
+    assert await locks.run(locks.rw_lock("page").read.owned) is False
+
+
 async def test_the_family_says_server_unavailable_when_its_server_is_gone(make_locks, flavor):
     """A reader's ``owned()`` and a latch's ``wait()`` too, as every other call."""
     with EmbeddedServer() as gone, ThreadPoolExecutor(1) as one_thread:

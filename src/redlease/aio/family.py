@@ -8,6 +8,7 @@ from typing import Any
 from redlease.aio._flavor import current_owner, fire
 from redlease.aio.engine import AsyncEngine
 from redlease.aio.handle import AsyncLock
+from redlease.core.base import check_timeout
 from redlease.core.claims import SharedClaim
 from redlease.core.family import (
     MultiLockBase,
@@ -39,13 +40,10 @@ class AsyncReadLock(ReadLockBase[AsyncEngine], AsyncLock):
         return int(await self._locks._drive(call_flow(claim.count_op(), self.keys, "inspect")))
 
     async def owned(self) -> bool:
-        lease = self.lease
-        if lease is None:
-            return False
-        holders = self.keys.holders
-        return (
-            await self._look("sorted set (the holders)", "ZSCORE", holders, lease.token) is not None
-        )
+        lease = self.lease  # with none, the server is still asked: another program's value
+        token = "" if lease is None else lease.token
+        found = await self._look("sorted set (the holders)", "ZSCORE", self.keys.holders, token)
+        return lease is not None and found is not None
 
 
 class AsyncWriteLock(WriteLockBase[AsyncEngine], AsyncLock):
@@ -153,7 +151,9 @@ class AsyncCountDownLatch:
         return int(await self._call("get"))
 
     async def wait(self, timeout: float | None = None) -> bool:
-        """True once the count is zero (or no count is set); False after ``timeout``."""
+        """True once the count is zero (or no count is set); False after ``timeout``
+        seconds (``None``: no limit; 0 or less: look once)."""
+        timeout = None if timeout is None else check_timeout(timeout)
         flow = latch_wait_flow(await self._op("get"), self.keys, timeout, self._locks._clock)
         return bool(await self._locks._drive(flow))
 

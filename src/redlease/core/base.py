@@ -17,7 +17,7 @@ from redlease.core.client_state import LocksT
 from redlease.core.hooks import ACQUIRED, ERROR, TIMEOUT, AcquireEvent, is_silent
 from redlease.core.lease import Lease, LostCallback, ReleaseOutcome, local_deadline
 from redlease.core.ops import Claim
-from redlease.core.owner import Owner
+from redlease.core.owner import Owner, explicit_owner
 from redlease.core.protocol import AcquireRequest, Grant, release_reason
 from redlease.errors import InvalidArgument, LeaseLost, LockError, LockTimeout, NotOwned
 from redlease.keys import ttl_to_ms
@@ -54,7 +54,7 @@ class LeasedBase(Generic[LocksT]):
         self._renew = ttl is None if renew is None else bool(renew)
         self._timeout = WAIT_FOREVER if timeout is None else check_timeout(timeout)
         self._blocking = bool(blocking)
-        self._explicit_owner = None if owner is None else Owner("owner", owner)
+        self._explicit_owner = None if owner is None else explicit_owner(owner)
         self._acks = locks._acks if replicas is None else locks._replica_acks(replicas)
 
     def __repr__(self) -> str:

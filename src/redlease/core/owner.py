@@ -7,6 +7,8 @@ import os
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
+from redlease.errors import InvalidArgument
+
 TokenFactory = Callable[[], str]
 
 
@@ -42,3 +44,14 @@ class Owner:
         else:
             text = str(ident)
         return f"{self.kind} {text if len(text) <= 64 else text[:63] + '…'}"
+
+
+def explicit_owner(value: Hashable) -> Owner:
+    """The owner a lock's ``owner=`` names; it must be hashable (it keys the held leases)."""
+    try:
+        hash(value)
+    except TypeError:
+        raise InvalidArgument(
+            f"owner must be hashable (a str, an int, a tuple of them...), got {value!r:.80}"
+        ) from None
+    return Owner("owner", value)

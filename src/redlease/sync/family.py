@@ -6,6 +6,7 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Any
 
+from redlease.core.base import check_timeout
 from redlease.core.claims import SharedClaim
 from redlease.core.family import (
     MultiLockBase,
@@ -40,11 +41,10 @@ class ReadLock(ReadLockBase[Engine], Lock):
         return int(self._locks._drive(call_flow(claim.count_op(), self.keys, "inspect")))
 
     def owned(self) -> bool:
-        lease = self.lease
-        if lease is None:
-            return False
-        holders = self.keys.holders
-        return self._look("sorted set (the holders)", "ZSCORE", holders, lease.token) is not None
+        lease = self.lease  # with none, the server is still asked: another program's value
+        token = "" if lease is None else lease.token
+        found = self._look("sorted set (the holders)", "ZSCORE", self.keys.holders, token)
+        return lease is not None and found is not None
 
 
 class WriteLock(WriteLockBase[Engine], Lock):
@@ -152,7 +152,9 @@ class CountDownLatch:
         return int(self._call("get"))
 
     def wait(self, timeout: float | None = None) -> bool:
-        """True once the count is zero (or no count is set); False after ``timeout``."""
+        """True once the count is zero (or no count is set); False after ``timeout``
+        seconds (``None``: no limit; 0 or less: look once)."""
+        timeout = None if timeout is None else check_timeout(timeout)
         flow = latch_wait_flow(self._op("get"), self.keys, timeout, self._locks._clock)
         return bool(self._locks._drive(flow))
 
