@@ -79,6 +79,26 @@ async def test_plain_release_after_a_failed_extend_returns_expired(make_locks, s
     assert lease.lost
 
 
+@pytest.mark.parametrize("kind", ["lock", "fair_lock"])
+async def test_an_inner_release_of_a_lease_known_to_have_ended_returns_expired(
+    make_locks, server, prefix, kind
+):
+    """migrating.md: a release after the lease ended returns EXPIRED. An inner release
+    (an outer hold remains) used to say STILL_HELD of a lease already known lost; while
+    the lease is alive it still says STILL_HELD."""
+    locks = await make_locks()
+    lock = getattr(locks, kind)("counted", ttl=0.3)
+    lease = await lock.acquire()
+    await lock.acquire()
+    await lock.acquire()
+    assert await lock.release() is ReleaseOutcome.STILL_HELD
+    await asyncio.sleep(0.4)
+    assert lease.lost
+    assert await lock.release() is ReleaseOutcome.EXPIRED
+    assert await lock.release() is ReleaseOutcome.EXPIRED
+    assert server.get(f"{prefix}:{{counted}}") is None
+
+
 def test_sync_locks_refuse_to_block_an_event_loop_without_an_explicit_owner(redlease_url, prefix):
     locks = redlease.Locks(redlease_url, prefix=prefix)
     entered: list[int] = []

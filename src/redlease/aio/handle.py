@@ -85,8 +85,8 @@ class AsyncLock(AsyncLeaseHandle[AsyncEngine]):
 
     async def _release_by(self, owner: Owner) -> ReleaseOutcome:
         lease = self._begin_release(owner)
-        if lease is None:
-            return ReleaseOutcome.STILL_HELD
+        if isinstance(lease, ReleaseOutcome):
+            return lease
         return await self._locks._give_back(self, lease)
 
     async def extend(self, ttl: float | None = None) -> Lease:

@@ -311,8 +311,8 @@ class AsyncRedlockLock(AsyncLeaseHandle[AsyncRedlock]):
     async def release(self) -> ReleaseOutcome:
         """Release on every master; ``EXPIRED`` if a majority no longer held it."""
         lease = self._begin_release()
-        if lease is None:
-            return ReleaseOutcome.STILL_HELD
+        if isinstance(lease, ReleaseOutcome):
+            return lease
         if lease.lost:  # past its deadline: tell the holder now, not when the replies come
             fire(lease, lease._mark_lost(PAST_DEADLINE))
         within = max(lease.expires_at - self._locks._clock(), RELEASE_AT_LEAST_S)

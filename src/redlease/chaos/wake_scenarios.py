@@ -120,7 +120,7 @@ class StoppedHolder(WakeScenario):
     name = "stopped-holder"
     summary = "SIGSTOP a holder (TTL, renewed) while a waiter is queued behind it"
     lesson = (
-        "A waiter sends nothing while it waits, yet a holder that stops (a pause, a hung "
+        "A waiter sends nothing between its tries, yet a holder that stops (a pause, a hung "
         "process) costs it no more than that holder's TTL: every wait is capped by the "
         "holder's remaining lease, and the waiter tries again when it runs out."
     )

@@ -219,8 +219,10 @@ class LockBase(LeasedBase[LocksT]):
         claim = self._claim(self._locks._new_token(owner), publish)
         return owner, None, self._request(claim, blocking, timeout)
 
-    def _begin_release(self, owner: Owner | None = None) -> Lease | None:
-        """The lease to release on the server, or ``None`` when an outer hold remains."""
+    def _begin_release(self, owner: Owner | None = None) -> Lease | ReleaseOutcome:
+        """The lease to release on the server, or, when an outer hold remains, what the
+        inner release reports: ``STILL_HELD``, or ``EXPIRED`` for a lease already known to
+        have ended (found lost, or past its local deadline); nothing is sent either way."""
         if owner is None:
             owner = self._owner()
         role = self._role
@@ -231,7 +233,7 @@ class LockBase(LeasedBase[LocksT]):
             )
         if lease._count > 1:
             lease._count -= 1
-            return None
+            return ReleaseOutcome.EXPIRED if lease.lost else ReleaseOutcome.STILL_HELD
         self._locks._forget(lease, role)
         return lease
 

@@ -42,6 +42,8 @@ class ReleaseOutcome(enum.Enum):
 
     ``EXPIRED`` is not an error: the lease had already ended (expired, deleted or taken
     over), nothing was removed, and the lease is marked lost so the holder can tell.
+    ``STILL_HELD``: a re-entered hold was released and an outer one remains (nothing is
+    sent); such an inner release says ``EXPIRED`` instead once the lease is known lost.
     """
 
     RELEASED = "released"

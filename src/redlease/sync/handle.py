@@ -86,8 +86,8 @@ class Lock(LeaseHandle[Engine]):
 
     def _release_by(self, owner: Owner) -> ReleaseOutcome:
         lease = self._begin_release(owner)
-        if lease is None:
-            return ReleaseOutcome.STILL_HELD
+        if isinstance(lease, ReleaseOutcome):
+            return lease
         return self._locks._give_back(self, lease)
 
     def extend(self, ttl: float | None = None) -> Lease:
