@@ -22,6 +22,7 @@ from opentelemetry.trace import StatusCode
 from prometheus_client import CollectorRegistry
 
 import redlease
+from conftest import SyncLockAdapter
 from redlease.core.hooks import AcquireEvent, Hooks
 from redlease.metrics import PrometheusHooks
 from redlease.tracing import OpenTelemetryHooks
@@ -141,6 +142,65 @@ async def test_lease_deleted_behind_a_renewing_holder_is_counted_lost(
     assert lost.attributes["redlease.name"] == "settlement"
     assert lost.status.status_code is StatusCode.ERROR
     assert [link.context.span_id for link in lost.links] == [acquire.context.span_id]
+
+
+@pytest.mark.parametrize("make", ["lock", "fair_lock", "semaphore", "read", "write"])
+async def test_a_lease_a_release_finds_lost_is_counted_under_its_kind_and_linked(
+    make_locks, registry, exporter, tracer_provider, server, prefix, make, flavor
+):
+    """The release reports ``released`` before ``lost``: the loss used to be counted as
+    kind "unknown" and its span had no link to the acquisition."""
+    hooks = [PrometheusHooks(registry), OpenTelemetryHooks(tracer_provider)]
+    locks = await make_locks(hooks=hooks)
+    family = locks.locks if flavor == "sync" else locks
+    made = {
+        "lock": lambda: family.lock("ledger", ttl=5),
+        "fair_lock": lambda: family.fair_lock("ledger", ttl=5),
+        "semaphore": lambda: family.semaphore("ledger", permits=2, ttl=5),
+        "read": lambda: family.rw_lock("ledger", ttl=5).read,
+        "write": lambda: family.rw_lock("ledger", ttl=5).write,
+    }[make]()
+    lock = SyncLockAdapter(locks, made) if flavor == "sync" else made
+    kind = {"fair_lock": "fair"}.get(make, make)
+    with pytest.raises(redlease.LeaseLost):
+        async with lock:
+            for key in server.keys(f"{prefix}:{{ledger}}*"):
+                server.delete(key)
+    assert await eventually(lambda: sample(registry, "redlease_lost_total", kind=kind) == 1)
+    assert sample(registry, "redlease_lost_total", kind="unknown") == 0
+    assert sample(registry, "redlease_held", kind=kind) == 0
+    (acquire,) = spans(exporter, "redlease.acquire")
+    assert await eventually(lambda: len(spans(exporter, "redlease.lost")) == 1)
+    (lost,) = spans(exporter, "redlease.lost")
+    assert [link.context.span_id for link in lost.links] == [acquire.context.span_id]
+
+
+async def test_a_downgrade_reports_the_write_released_and_a_read_acquired(
+    make_locks, registry, exporter, tracer_provider, flavor
+):
+    """``redlease_held{kind="write"}`` used to stay at 1 for ever after a downgrade, and
+    the read lease was reported released without ever being reported acquired."""
+    hooks = [PrometheusHooks(registry), OpenTelemetryHooks(tracer_provider)]
+    locks = await make_locks(hooks=hooks)
+    rw = (locks.locks if flavor == "sync" else locks).rw_lock("catalogue", ttl=5)
+    write = SyncLockAdapter(locks, rw.write) if flavor == "sync" else rw.write
+    async with write:
+        if flavor == "sync":
+            await locks.run(rw.write.downgrade)
+        else:
+            await rw.write.downgrade()
+        assert sample(registry, "redlease_held", kind="write") == 0
+        assert sample(registry, "redlease_held", kind="read") == 1
+    assert sample(registry, "redlease_held", kind="read") == 0
+    assert sample(registry, "redlease_release_total", kind="write", outcome="released") == 1
+    assert sample(registry, "redlease_release_total", kind="read", outcome="released") == 1
+    assert sample(registry, "redlease_acquire_total", kind="read", outcome="acquired") == 1
+    acquires = {
+        span.attributes["redlease.kind"]: span for span in spans(exporter, "redlease.acquire")
+    }  # type: ignore[index]
+    for release in spans(exporter, "redlease.release"):
+        kind = release.attributes["redlease.kind"]  # type: ignore[index]
+        assert [link.context.span_id for link in release.links] == [acquires[kind].context.span_id]
 
 
 @pytest.mark.timeout(30)

@@ -178,7 +178,10 @@ class PrometheusHooks(Hooks):
         self._kinds: weakref.WeakKeyDictionary[Lease, tuple[str, tuple[str, ...]]] = (
             weakref.WeakKeyDictionary()
         )
-        """Leases seen acquired and not yet released, with their kind (``lost`` lacks it)."""
+        """Leases seen acquired, with their kind (``lost`` lacks it), kept after the release:
+        a release that finds its lease lost reports ``released`` before ``lost``."""
+        self._held: weakref.WeakSet[Lease] = weakref.WeakSet()
+        """Leases counted in the ``held`` gauge."""
         self._guard = threading.Lock()
 
     def _labels(self, name: str, *values: str) -> tuple[str, ...]:
@@ -197,6 +200,7 @@ class PrometheusHooks(Hooks):
             with self._guard:
                 for lease in event.leases:
                     self._kinds[lease] = (event.kind, labels)
+                    self._held.add(lease)
             metrics.held.labels(*labels).inc(len(event.leases))
 
     def released(
@@ -207,7 +211,8 @@ class PrometheusHooks(Hooks):
         metrics.release_total.labels(*self._labels(lease.name, kind, outcome.value)).inc()
         metrics.hold.labels(*labels).observe(max(hold_seconds, 0.0))
         with self._guard:
-            counted = self._kinds.pop(lease, None)
+            counted = self._kinds.get(lease) if lease in self._held else None
+            self._held.discard(lease)
         if counted is not None:
             metrics.held.labels(*counted[1]).dec()
 

@@ -56,7 +56,8 @@ class OpenTelemetryHooks(Hooks):
     def __init__(self, tracer_provider: trace.TracerProvider | None = None) -> None:
         self.tracer = trace.get_tracer("redlease", __version__, tracer_provider=tracer_provider)
         self._acquired: weakref.WeakKeyDictionary[Lease, SpanContext] = weakref.WeakKeyDictionary()
-        """The acquire span of each held lease, to link its release and loss to."""
+        """The acquire span of each lease, to link its release and loss to (kept after the
+        release: one that finds its lease lost reports ``released`` before ``lost``)."""
         self._guard = threading.Lock()
 
     def acquire_started(self, name: str, kind: str) -> Any:
@@ -92,7 +93,7 @@ class OpenTelemetryHooks(Hooks):
         self, lease: Lease, kind: str, outcome: ReleaseOutcome, hold_seconds: float
     ) -> None:
         with self._guard:
-            acquired = self._acquired.pop(lease, None)
+            acquired = self._acquired.get(lease)
         span = self.tracer.start_span(
             "redlease.release",
             kind=SpanKind.INTERNAL,

@@ -11,7 +11,8 @@ from collections.abc import Hashable, Iterable
 from redlease.core.base import LeasedBase, LockBase
 from redlease.core.claims import ExclusiveClaim, SharedClaim
 from redlease.core.client_state import LocksT
-from redlease.core.lease import Lease, LostCallback, MultiLease, local_deadline
+from redlease.core.hooks import ACQUIRED, AcquireEvent, is_silent
+from redlease.core.lease import Lease, LostCallback, MultiLease, ReleaseOutcome, local_deadline
 from redlease.core.ops import Claim
 from redlease.core.owner import Owner
 from redlease.errors import InvalidArgument, LockError, NotOwned
@@ -130,7 +131,21 @@ class WriteLockBase(LockBase[LocksT]):
         )
         self._locks._adopt(read, self.keys.lease + READ)
         self._downgraded.add(read.token)
+        self._report_downgrade(lease, read)
         return read, []
+
+    def _report_downgrade(self, write: Lease, read: Lease) -> None:
+        """To the hooks, a downgrade is the write lease released and a read lease acquired
+        at once (so a gauge of held leases moves from one kind to the other)."""
+        hooks = self._locks._hooks
+        if is_silent(hooks):
+            return
+        now = self._locks._clock()
+        hooks.released(write, self._kind, ReleaseOutcome.RELEASED, now - write.acquired_at)
+        context = hooks.acquire_started(self.name, ReadLockBase._kind)
+        hooks.acquire_finished(
+            context, AcquireEvent(self.name, ReadLockBase._kind, ACQUIRED, 0.0, read)
+        )
 
 
 class SemaphoreBase(LeasedBase[LocksT]):
