@@ -618,6 +618,7 @@ async def test_an_unhashable_owner_is_invalid_input(make_locks, owner):
     [
         "redis://:pw1@127.0.0.1:6379/0,redis://:pw2@127.0.0.1:6380/0",
         "redis://127.0.0.1:6379/0, rediss://127.0.0.1:6380/0",
+        "redis://:pw1@127.0.0.1:6379/0;redis://:pw2@127.0.0.1:6380/0",
         ["redis://127.0.0.1:6379/0", "redis://127.0.0.1:6380/0"],
         ("redis://127.0.0.1:6379/0",),
     ],
@@ -631,6 +632,13 @@ def test_several_urls_for_one_client_say_to_give_one(make, location):
         make(location)
     assert "pw1" not in str(refused.value)
     assert "pw2" not in str(refused.value)
+
+
+@pytest.mark.parametrize(("location", "said"), [([], "an empty list"), (["redis://h/0"], "itself")])
+@pytest.mark.parametrize("make", [redlease.Locks, redlease.AsyncLocks])
+def test_a_list_of_fewer_than_two_urls_says_what_to_give(make, location, said):
+    with pytest.raises(redlease.InvalidArgument, match=said):
+        make(location)
 
 
 @pytest.mark.parametrize(

@@ -559,6 +559,16 @@ async def test_latch_wait_refuses_a_timeout_that_is_no_number(make_family, timeo
     assert await latch.count() == 1
 
 
+async def test_a_timeout_beyond_any_float_waits_as_long_as_inf(make_family):
+    """An int too large for a float used to escape as OverflowError."""
+    family = await make_family()
+    latch = family.latch("huge-wait")
+    assert await latch.try_set_count(1)
+    assert await latch.wait(-(10**400)) is False
+    lease = await family.lock("huge-wait", timeout=10**400).acquire(timeout=10**400)
+    assert lease.fence > 0
+
+
 async def test_latch_wait_with_no_time_left_looks_once(make_family):
     latch = (await make_family()).latch("look-once")
     assert await latch.try_set_count(1)

@@ -203,6 +203,26 @@ async def test_a_downgrade_reports_the_write_released_and_a_read_acquired(
         assert [link.context.span_id for link in release.links] == [acquires[kind].context.span_id]
 
 
+async def test_a_downgrade_that_finds_the_write_lease_ended_is_counted_released_and_lost(
+    make_locks, registry, server, prefix, flavor
+):
+    """It forgets the lease, so nothing could bring ``redlease_held`` back down after it."""
+    locks = await make_locks(hooks=PrometheusHooks(registry))
+    rw = (locks.locks if flavor == "sync" else locks).rw_lock("stock", ttl=5)
+    write = SyncLockAdapter(locks, rw.write) if flavor == "sync" else rw.write
+    await write.acquire()
+    for key in server.keys(f"{prefix}:{{stock}}*"):
+        server.delete(key)
+    with pytest.raises(redlease.LeaseLost):
+        if flavor == "sync":
+            await locks.run(rw.write.downgrade)
+        else:
+            await rw.write.downgrade()
+    assert sample(registry, "redlease_held", kind="write") == 0
+    assert sample(registry, "redlease_release_total", kind="write", outcome="expired") == 1
+    assert await eventually(lambda: sample(registry, "redlease_lost_total", kind="write") == 1)
+
+
 @pytest.mark.timeout(30)
 async def test_kept_renewals_are_counted(make_locks, registry):
     lock = (await make_locks(hooks=PrometheusHooks(registry))).lock("job", ttl=0.15, renew=True)

@@ -111,6 +111,9 @@ def narrow_encoding(client: Any) -> str | None:
 def several_urls(count: int) -> InvalidArgument:
     """The error for several server URLs where one client is wanted (Django's cache
     ``LOCATION`` can list its servers: the first is where it writes)."""
+    if count < 2:
+        got = "an empty list" if count == 0 else "a list of one: give the URL itself"
+        return InvalidArgument(f"a lock client takes one server's URL as a str, got {got}")
     return InvalidArgument(
         f"a lock client takes one server's URL, got {count} URLs: give the first (where "
         "Django's cache LOCATION writes), or take locks on several independent masters with "

@@ -84,7 +84,8 @@ def _made_from(make: Callable[[str], T], url: str) -> T:
     return client
 
 
-_ANOTHER_URL = re.compile(r",\s*[A-Za-z][A-Za-z0-9+.-]*://")
+_ANOTHER_URL = re.compile(r"[,;]\s*[A-Za-z][A-Za-z0-9+.-]*://")
+"""What follows one URL in a list of them (Django splits its LOCATION on "," and ";")."""
 _UNEXPECTED_OPTION = re.compile(r"unexpected keyword argument '([^']*)'")
 
 

@@ -261,10 +261,14 @@ class LockBase(LeasedBase[LocksT]):
 
 
 def check_timeout(timeout: object) -> float:
-    if type(timeout) is int:  # the common cases first, without the checks below
-        return float(timeout)
-    if type(timeout) is float and not math.isnan(timeout):
+    if type(timeout) is float and not math.isnan(timeout):  # the common case first
         return timeout
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or math.isnan(timeout):
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
         raise InvalidArgument(f"timeout must be a number of seconds, got {timeout!r}")
-    return float(timeout)
+    try:
+        seconds = float(timeout)
+    except OverflowError:  # an int beyond any float: as long as inf
+        return math.inf if timeout > 0 else -math.inf
+    if math.isnan(seconds):
+        raise InvalidArgument(f"timeout must be a number of seconds, got {timeout!r}")
+    return seconds

@@ -116,6 +116,7 @@ class WriteLockBase(LockBase[LocksT]):
         """The reader's lease once the server agreed; else the write lease's lost callbacks."""
         self._locks._forget(lease, self._role)
         if code != 1:
+            self._report_downgrade(lease, None)
             return None, lease._mark_lost("the write lease had ended before the downgrade")
         read = Lease(
             name=lease.name,
@@ -134,14 +135,17 @@ class WriteLockBase(LockBase[LocksT]):
         self._report_downgrade(lease, read)
         return read, []
 
-    def _report_downgrade(self, write: Lease, read: Lease) -> None:
+    def _report_downgrade(self, write: Lease, read: Lease | None) -> None:
         """To the hooks, a downgrade is the write lease released and a read lease acquired
-        at once (so a gauge of held leases moves from one kind to the other)."""
+        at once (so a gauge of held leases moves from one kind to the other); one that
+        found the write lease ended (no ``read``), that lease released as ``EXPIRED``."""
         hooks = self._locks._hooks
         if is_silent(hooks):
             return
-        now = self._locks._clock()
-        hooks.released(write, self._kind, ReleaseOutcome.RELEASED, now - write.acquired_at)
+        outcome = ReleaseOutcome.EXPIRED if read is None else ReleaseOutcome.RELEASED
+        hooks.released(write, self._kind, outcome, self._locks._clock() - write.acquired_at)
+        if read is None:
+            return
         context = hooks.acquire_started(self.name, ReadLockBase._kind)
         hooks.acquire_finished(
             context, AcquireEvent(self.name, ReadLockBase._kind, ACQUIRED, 0.0, read)
