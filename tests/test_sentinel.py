@@ -152,6 +152,47 @@ async def test_lock_held_across_a_failover_stays_held_and_goes_to_the_waiter(
         await asyncio.gather(waiter, return_exceptions=True)
 
 
+@pytest.mark.timeout(180)
+async def test_a_connection_busy_across_a_failover_carries_no_renewal_to_the_old_master(
+    make_sentinel_locks, redlease_sentinel, prefix, round_trip, flavor
+):
+    """Another task's command in flight when the master moves: its connection, to the old
+    master, comes back to the pool after the client learned of the new one. The old master
+    keeps accepting writes until the sentinels demote it (seconds later), so a renewal sent
+    on that connection would be acknowledged there while the lease ran out on the new master
+    and another client took it."""
+    started = time.monotonic()
+    await asyncio.to_thread(redlease_sentinel.failover)
+    rehearsal = time.monotonic() - started
+    ttl = max(renewing_ttl(round_trip, quiet=6), 3 * rehearsal)
+    holder = await make_sentinel_locks()
+    pool = holder.client.connection_pool
+    lease = await holder.lock("ledger", ttl=ttl, renew=True).acquire()
+    replicated_everywhere(redlease_sentinel)
+
+    async def pool_call(method: str, *args: Any) -> Any:
+        result = getattr(pool, method)(*args)
+        return await result if flavor == "async" else result
+
+    busy = await pool_call("get_connection")
+    if flavor == "sync":
+        busy.connect()
+    else:
+        await busy.connect()
+    new_address = await asyncio.to_thread(redlease_sentinel.failover)
+    assert await eventually(lambda: pool.master_address == new_address, ttl / 2), (
+        "the client did not learn of the new master"
+    )
+    await pool_call("release", busy)
+
+    await asyncio.sleep(ttl + allowing(round_trip, quiet=0.5))  # past the TTL it had
+    assert not lease.lost, lease.lost_reason
+    assert master_value(redlease_sentinel, f"{prefix}:{{ledger}}") == lease.token, (
+        "the renewals went to the old master: the new one let the lease run out"
+    )
+    assert await holder.lock("ledger").release() is ReleaseOutcome.RELEASED
+
+
 @pytest.mark.timeout(90)
 async def test_master_killed_before_replicas_got_the_grant_lets_a_second_client_in(
     make_sentinel_locks, redlease_sentinel, prefix

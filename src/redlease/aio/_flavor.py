@@ -178,6 +178,30 @@ async def master_moved(client: Any) -> bool:
     return before is not None and await ask() != before
 
 
+def drop_old_master_connections(client: Any) -> None:
+    """Make a Sentinel-managed pool close a connection to a master it no longer names as it
+    takes the connection back.
+
+    redis-py's sync pool does so (``owns_connection``); its asyncio pool keeps the
+    connection, so a command in flight when the master moved (another task's) leaves one to
+    the old master in the pool, and later commands on it (a renewal) are acknowledged there
+    until the sentinels demote it, seconds later, while the new master lets the lease expire.
+    """
+    pool: Any = getattr(client, "connection_pool", None)
+    if not getattr(pool, "is_master", False) or getattr(pool, "_redlease_follows", False):
+        return
+    release = pool.release
+
+    async def release_to_the_master(connection: Any) -> None:
+        master = pool.master_address
+        if master is not None and (connection.host, connection.port) != master:
+            await connection.disconnect()
+        await release(connection)
+
+    pool.release = release_to_the_master
+    pool._redlease_follows = True
+
+
 _node_clients: dict[str, Any] = {}
 
 

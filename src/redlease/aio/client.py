@@ -9,7 +9,7 @@ from typing import TypeVar
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from redlease.aio._flavor import ASYNCIO, fire
+from redlease.aio._flavor import ASYNCIO, drop_old_master_connections, fire
 from redlease.aio.renewer import AsyncRenewer
 from redlease.compat import check_client
 from redlease.core.client_state import LocksBase
@@ -50,6 +50,7 @@ def redis_client(client: Redis | RedisCluster | str, cluster: bool) -> Redis | R
     """``client`` itself once checked, or the client its URL names."""
     if not isinstance(client, str):
         check_client(client, asyncio=ASYNCIO)
+        drop_old_master_connections(client)
         return client
     if cluster:
         return from_url(RedisCluster.from_url, client)

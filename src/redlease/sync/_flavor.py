@@ -198,6 +198,11 @@ def master_moved(client: Any) -> bool:
     return before is not None and ask() != before
 
 
+def drop_old_master_connections(client: Any) -> None:
+    """Nothing to do: redis-py's sync Sentinel pool already closes a connection to a master
+    it no longer names as it takes the connection back (``owns_connection``)."""
+
+
 def refresh_topology(client: Any) -> None:
     if is_cluster(client):
         client.nodes_manager.initialize()

@@ -13,7 +13,7 @@ from redis.cluster import RedisCluster
 from redlease.compat import check_client
 from redlease.core.client_state import LocksBase
 from redlease.core.lease import Lease
-from redlease.sync._flavor import ASYNCIO, fire
+from redlease.sync._flavor import ASYNCIO, drop_old_master_connections, fire
 from redlease.sync.renewer import Renewer
 from redlease.urls import from_url
 
@@ -51,6 +51,7 @@ def redis_client(client: Redis | RedisCluster | str, cluster: bool) -> Redis | R
     """``client`` itself once checked, or the client its URL names."""
     if not isinstance(client, str):
         check_client(client, asyncio=ASYNCIO)
+        drop_old_master_connections(client)
         return client
     if cluster:
         return from_url(RedisCluster.from_url, client)
