@@ -8,6 +8,8 @@ that out must not leave the others for the next calls to find one by one.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import threading
 import time
 import uuid
@@ -20,7 +22,7 @@ import redis
 import redis.asyncio
 
 import redlease
-from conftest import measure_round_trip, renewing_ttl
+from conftest import measure_round_trip, renewing_ttl, token_in
 from redlease import ReleaseOutcome
 from redlease.aio.background import CLOSE_GRACE_S
 from redlease.aio.engine import INLINE_WITHDRAWAL_S
@@ -189,6 +191,51 @@ async def test_a_cancelled_acquire_on_a_stopped_server_returns_soon(
     await locks.aclose()
     await client.aclose()
     assert took < WAIT_S + INLINE_WITHDRAWAL_S + SCHEDULING_SLACK_S, took
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("socket_timeout", [None, 10.0], ids=["no socket timeout", "10 s"])
+def test_a_sync_acquire_interrupted_by_ctrl_c_on_a_stopped_server_returns_soon(
+    prefix, socket_timeout
+):
+    """Ctrl-C must end a wait promptly: the withdrawal it sends inline waits for a stopped
+    server as briefly as an asyncio cancellation's does, then goes on in the background
+    (withdrawn within about a second of the resume)."""
+    with EmbeddedServer() as server:
+        client = redis.Redis.from_url(server.url, socket_timeout=socket_timeout)
+        holder = redlease.Locks(server.url, prefix=prefix)
+        waiter = redlease.Locks(client, prefix=prefix)
+        held = holder.lock("stopped").acquire()
+        interrupted_at: list[float] = []
+
+        def stop_then_interrupt() -> None:
+            time.sleep(0.5)  # the waiter is queued by now
+            server.pause()
+            interrupted_at.append(time.monotonic())
+            os.kill(os.getpid(), signal.SIGINT)
+
+        interrupt = threading.Thread(target=stop_then_interrupt)
+        interrupt.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                waiter.lock("stopped").acquire(timeout=30)
+            took = time.monotonic() - interrupted_at[0]
+        finally:
+            interrupt.join()
+            server.resume()
+        try:
+            assert took < INLINE_WITHDRAWAL_S + SCHEDULING_SLACK_S, took
+            with redis.Redis.from_url(server.url, decode_responses=True) as admin:
+                queue = f"{prefix}:{{stopped}}:queue"
+                deadline = time.monotonic() + 2 * LONGEST_PAUSE_S + SCHEDULING_SLACK_S
+                while admin.exists(queue) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                assert not admin.exists(queue), "the withdrawal did not land after the resume"
+                assert token_in(admin.get(f"{prefix}:{{stopped}}")) == held.token
+        finally:
+            waiter.close()
+            holder.close()
+            client.close()
 
 
 @pytest.mark.parametrize("flavor", ["sync", "async"])

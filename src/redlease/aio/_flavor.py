@@ -293,16 +293,17 @@ async def _logged(loop: Callable[[], Awaitable[None]], name: str) -> None:
         logger.exception("redlease worker %s stopped on an error", name)
 
 
-async def shielded(awaitable: Awaitable[T], within: float | None = None) -> T:
-    """Finish ``awaitable`` even if the caller is cancelled meanwhile (a release must land).
+async def shielded(start: Callable[[], Awaitable[T]], within: float | None = None) -> T:
+    """Finish what ``start`` starts even if the caller is cancelled meanwhile (a release
+    must land).
 
-    With ``within``, the caller waits that long at most (``asyncio.TimeoutError``) and
-    ``awaitable`` goes on by itself; its outcome is then dropped (``asyncio.shield`` stops
-    watching a task whose caller left, and asyncio would log its error as never retrieved).
+    With ``within``, the caller waits that long at most (``asyncio.TimeoutError``) and the
+    work goes on by itself; its outcome is then dropped (``asyncio.shield`` stops watching a
+    task whose caller left, and asyncio would log its error as never retrieved).
     """
     if within is None:
-        return await asyncio.shield(awaitable)
-    task = asyncio.ensure_future(awaitable)
+        return await asyncio.shield(start())
+    task = asyncio.ensure_future(start())
     _background.add(task)
     task.add_done_callback(_dropped)
     return await asyncio.wait_for(asyncio.shield(task), within)

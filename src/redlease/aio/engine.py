@@ -320,7 +320,7 @@ class AsyncEngine(AsyncClient):
         if isinstance(error, ServerUnavailable):
             return
         try:
-            await shielded(self._withdraw_now(claims), within=INLINE_WITHDRAWAL_S)
+            await shielded(lambda: self._withdraw_now(claims), within=INLINE_WITHDRAWAL_S)
         except (Exception, ReplicaShortfall):
             logger.debug("could not withdraw %r at once", [claim.keys.name for claim in claims])
 

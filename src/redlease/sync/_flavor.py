@@ -265,9 +265,33 @@ def _logged(loop: Callable[[], None], name: str) -> None:
         logger.exception("redlease worker %s stopped on an error", name)
 
 
-def shielded(value: T, within: float | None = None) -> T:
-    """Threads are not cancelled mid-call: nothing to shield (nor to wait for)."""
-    return value
+def shielded(start: Callable[[], T], within: float | None = None) -> T:
+    """Run ``start``: a thread is not cancelled mid-call, so there is nothing to shield.
+
+    With ``within``, it runs on a thread of its own and the caller waits that long at most
+    (``TimeoutError``): a blocking call cannot be cut short, and one sent to a stopped server
+    waits out the client's socket timeout (for ever without one) while the user's Ctrl-C
+    waits. The thread is a daemon, so a call that never returns does not hold up the exit.
+    """
+    if within is None:
+        return start()
+    outcome: list[T] = []
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            outcome.append(start())
+        except BaseException as exc:
+            failure.append(exc)
+
+    worker = threading.Thread(target=run, name="redlease-withdrawal", daemon=True)
+    worker.start()
+    worker.join(within)
+    if failure:
+        raise failure[0]
+    if not outcome:
+        raise TimeoutError(f"still waiting for the server after {within:g} s")
+    return outcome[0]
 
 
 def fire(lease: Lease, callbacks: list[LostCallback]) -> None:

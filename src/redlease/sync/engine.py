@@ -317,7 +317,7 @@ class Engine(Client):
         if isinstance(error, ServerUnavailable):
             return
         try:
-            shielded(self._withdraw_now(claims), within=INLINE_WITHDRAWAL_S)
+            shielded(lambda: self._withdraw_now(claims), within=INLINE_WITHDRAWAL_S)
         except (Exception, ReplicaShortfall):
             logger.debug("could not withdraw %r at once", [claim.keys.name for claim in claims])
 
