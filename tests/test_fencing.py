@@ -533,6 +533,51 @@ def test_sql_equal_token_from_another_owner_is_refused(database: Database, table
     assert database.row(table) == (1, 7, "before-failover")
 
 
+class DictRowsCursor:
+    """A cursor of another module than the driver's (as a pool's or a wrapper's is) that
+    returns rows as dicts (as psycopg's ``dict_row`` or PyMySQL's ``DictCursor`` do)."""
+
+    def __init__(self, cursor: Any) -> None:
+        self._cursor = cursor
+
+    def execute(self, statement: str, parameters: Any = ()) -> Any:
+        return self._cursor.execute(statement, parameters)
+
+    @property
+    def rowcount(self) -> int:
+        return int(self._cursor.rowcount)
+
+    def fetchone(self) -> dict[str, Any] | None:
+        row = self._cursor.fetchone()
+        if row is None:
+            return None
+        return {column[0]: value for column, value in zip(self._cursor.description, row)}
+
+
+def update_through_a_wrapper(database: Database, table: str, holder: Holder, stock: int) -> None:
+    style = "qmark" if database.kind == "sqlite" else "pyformat"
+    with closing(database.connect()) as connection:
+        try:
+            cursor = DictRowsCursor(connection.cursor())
+            SqlGuard(table, paramstyle=style).update(cursor, holder, 1, {"stock": stock})
+        except BaseException:
+            connection.rollback()
+            raise
+        connection.commit()
+
+
+def test_sql_rows_as_dicts_through_a_wrapped_cursor(database: Database, table: str) -> None:
+    update_through_a_wrapper(database, table, Holder(7, "a"), 1)
+    update_through_a_wrapper(database, table, Holder(7, "a"), 1)  # identical: still accepted
+    with pytest.raises(FenceRejected) as older:
+        update_through_a_wrapper(database, table, Holder(6, "b"), 0)
+    assert (older.value.token, older.value.newest, older.value.reused) == (6, 7, False)
+    with pytest.raises(FenceRejected) as reused:
+        update_through_a_wrapper(database, table, Holder(7, "c"), 0)
+    assert reused.value.reused
+    assert database.row(table) == (1, 7, "a")
+
+
 def test_sql_without_owner_column_accepts_an_equal_token(database: Database, table: str) -> None:
     guard = SqlGuard(table, owner_column=None)
     update(database, table, Holder(7, "a"), 1, guard)

@@ -148,6 +148,8 @@ class SqlGuard:
     def _explain_no_change(self, cursor: Any, style: str, holder: Fenced, row_id: object) -> None:
         """No row changed: the row is missing, or the fence refused the write, or (MySQL,
         which counts changed rather than matched rows) it was accepted but changed nothing.
+        The last is told by the row itself holding this holder's fence and owner, whatever
+        the driver (a pool's or a wrapper's cursor hides which one it is).
 
         MySQL's row is read with a locking read: a plain one would see the transaction's
         snapshot, which can predate the newer holder's write that refused this one.
@@ -168,10 +170,12 @@ class SqlGuard:
                 f"no row of {self.table} has {self.id_column} = {row_id!r}: insert it "
                 f"(with {self.fence_column} = 0) before fenced updates"
             )
+        if isinstance(row, Mapping):  # psycopg's dict_row, PyMySQL's DictCursor
+            row = tuple(row.values())
         resource = f"{self.table} row {self.id_column}={row_id!r}"
         newest = None if row[0] is None else int(row[0])
         same_owner = self.owner_column is None or as_text(row[1]) == owner
-        if counts_changed_rows and newest == fence and same_owner:
+        if newest == fence and same_owner:
             return  # the row already holds exactly this write: accepted, nothing to change
         if newest is None or newest < fence:
             newest = None  # an older snapshot, or a NULL fence (declare it NOT NULL DEFAULT 0)
