@@ -8,6 +8,7 @@ enough for the fault to land between two rounds of one acquisition.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import threading
@@ -19,7 +20,7 @@ import pytest
 import redis
 
 import redlease
-from conftest import SyncLocksAdapter, fence_key
+from conftest import SyncLocksAdapter, eventually, fence_key
 from redlease.chaos.proxy import ProxyHub
 from redlease.scripts import ScriptName
 from redlease.server import EmbeddedServer
@@ -180,3 +181,30 @@ async def test_masters_that_refuse_the_password_are_named_as_such(
     for server in masters:
         with redis.Redis(port=server.port, password="right-pass") as admin:
             assert admin.dbsize() <= 1, "only a fence counter may be left"
+
+
+async def test_an_evicting_master_is_warned_about(redlease_servers_factory, flavor, prefix, caplog):
+    """As a lock client does: an allkeys policy can evict a master's fencing counter, which
+    breaks the monotonic tokens a Redlock grant relies on."""
+    evicting = redlease_servers_factory(
+        1, "--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"
+    )
+    keeping = redlease_servers_factory(2)
+    caplog.set_level(logging.WARNING, logger="redlease")
+    redlock = redlock_over(flavor, [s.url for s in [*evicting, *keeping]], prefix)
+    try:
+        lease = await redlock.lock("payroll").acquire()
+        assert await redlock.lock("payroll").release() is redlease.ReleaseOutcome.RELEASED
+        assert lease.fence >= 1
+
+        def warned() -> list[str]:
+            return [
+                record.getMessage()
+                for record in caplog.records
+                if record.name.startswith("redlease") and "allkeys-lru" in record.getMessage()
+            ]
+
+        assert await eventually(lambda: len(warned()) == 1, 5), warned()
+        assert "fencing counter" in warned()[0]
+    finally:
+        await redlock.aclose()

@@ -12,11 +12,12 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Hashable, Sequence
+from contextlib import suppress
 from typing import Any
 
 from redis.asyncio import Redis
 
-from redlease.aio._flavor import Worker, current_owner, fire, logger, sleep
+from redlease.aio._flavor import Worker, current_owner, fire, logger, shielded, sleep
 from redlease.aio.client import AsyncClient
 from redlease.aio.engine import AsyncEngine
 from redlease.aio.fanout import AsyncFanout
@@ -87,6 +88,7 @@ class AsyncRedlock(AsyncClient):
             self._narrow_to(master._narrow_encoding)
         self._quorum = quorum(len(self._masters))
         self._hooks = combine(hooks)
+        self._masters_checked = False
         self._start_workers()
 
     def _after_fork(self) -> None:
@@ -139,6 +141,23 @@ class AsyncRedlock(AsyncClient):
         return [
             refused(op, reply) if isinstance(reply, ResponseErrors) else reply for reply in replies
         ]
+
+    async def _check_masters_once(self) -> None:
+        """At the first acquisition, start saying (in the background, as a lock client does
+        at its first) which masters evict keys: an evicted fencing counter starts again
+        from 1, under the tokens a Redlock grant relies on. ``within=0`` never waits."""
+        if self._masters_checked:
+            return
+        self._masters_checked = True
+        with suppress(Exception):
+            await shielded(self._warn_of_eviction, within=0)
+
+    async def _warn_of_eviction(self) -> None:
+        for master in self._masters:
+            if self._closed:
+                return
+            with suppress(*NETWORK_ERRORS):
+                await master._warn_if_evicting()
 
     async def _renew_batch(self, due: list[Lease]) -> list[bool | None]:
         """Renew on every master; a lease is kept while a majority still holds it.
@@ -206,6 +225,7 @@ class AsyncRedlockLock(AsyncLeaseHandle[AsyncRedlock]):
 
     async def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> Lease:
         self._locks._refuse_if_closed()
+        await self._locks._check_masters_once()
         owner, held, request = self._plan_acquire(blocking, timeout, "publish")
         if held is not None:
             return held

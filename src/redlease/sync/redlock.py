@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Hashable, Sequence
+from contextlib import suppress
 from typing import Any
 
 from redis import Redis
@@ -52,7 +53,7 @@ from redlease.core.withdrawal import LATE_COMMAND_S
 from redlease.errors import InvalidArgument, LeaseLost, LockError, LockTimeout
 from redlease.keys import DEFAULT_PREFIX
 from redlease.scripts import ScriptName
-from redlease.sync._flavor import Worker, current_owner, fire, logger, sleep
+from redlease.sync._flavor import Worker, current_owner, fire, logger, shielded, sleep
 from redlease.sync.client import Client
 from redlease.sync.engine import Engine
 from redlease.sync.fanout import Fanout
@@ -88,6 +89,7 @@ class Redlock(Client):
             self._narrow_to(master._narrow_encoding)
         self._quorum = quorum(len(self._masters))
         self._hooks = combine(hooks)
+        self._masters_checked = False
         self._start_workers()
 
     def _after_fork(self) -> None:
@@ -140,6 +142,23 @@ class Redlock(Client):
         return [
             refused(op, reply) if isinstance(reply, ResponseErrors) else reply for reply in replies
         ]
+
+    def _check_masters_once(self) -> None:
+        """At the first acquisition, start saying (in the background, as a lock client does
+        at its first) which masters evict keys: an evicted fencing counter starts again
+        from 1, under the tokens a Redlock grant relies on. ``within=0`` never waits."""
+        if self._masters_checked:
+            return
+        self._masters_checked = True
+        with suppress(Exception):
+            shielded(self._warn_of_eviction, within=0)
+
+    def _warn_of_eviction(self) -> None:
+        for master in self._masters:
+            if self._closed:
+                return
+            with suppress(*NETWORK_ERRORS):
+                master._warn_if_evicting()
 
     def _renew_batch(self, due: list[Lease]) -> list[bool | None]:
         """Renew on every master; a lease is kept while a majority still holds it.
@@ -205,6 +224,7 @@ class RedlockLock(LeaseHandle[Redlock]):
 
     def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> Lease:
         self._locks._refuse_if_closed()
+        self._locks._check_masters_once()
         owner, held, request = self._plan_acquire(blocking, timeout, "publish")
         if held is not None:
             return held
