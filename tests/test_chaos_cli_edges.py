@@ -132,6 +132,8 @@ def silent_server() -> Iterator[str]:
         (["--acquisitions", "0"], 64, "--acquisitions"),
         (["--names", "0"], 64, "--names"),
         (["--ttl", "0"], 64, "--ttl"),
+        (["--ttl", "0.0001"], 64, "--ttl"),
+        (["--ttl", "1e12"], 64, "--ttl"),
         (["--fault-every", "-1"], 64, "--fault-every"),
         (["--nope"], 64, "--nope"),
     ],
@@ -154,7 +156,50 @@ def test_soak_refuses_a_logs_path_that_is_a_file(tmp_path: Path) -> None:
 def test_soak_says_a_server_that_never_replies_is_unreachable(silent_server: str) -> None:
     done = _run([*SOAK, "--workers", "1", "--url", silent_server], timeout=30)
     assert done.returncode == 69
-    assert silent_server in _one_line(done)
+    line = _one_line(done)
+    assert silent_server in line
+    assert "REDIS_URL" not in line, "the soak does not read REDIS_URL"
+
+
+def test_soak_stopped_while_it_probes_the_server_says_interrupted(
+    silent_server: str, tmp_path: Path
+) -> None:
+    process = _start([*SOAK, "--workers", "1", "--url", silent_server], tmp_path)
+    time.sleep(1.0)  # python is up and the probe waits for the silent server
+    stderr = _stop_with(process, signal.SIGTERM)
+    assert process.returncode == 130, stderr
+    assert "interrupted" in stderr
+    assert "Traceback" not in stderr
+
+
+@pytest.mark.parametrize("tool", ["chaos", "soak"])
+def test_a_logs_directory_that_cannot_be_written_is_refused_before_any_work(
+    tool: str, redlease_url: str
+) -> None:
+    """/proc is a directory even root cannot write a file in."""
+    started = time.monotonic()
+    if tool == "chaos":
+        done = _chaos("pexpire", "--quick", "--url", redlease_url, "--logs", "/proc")
+    else:
+        done = _run([*SOAK, "--workers", "1", "--url", redlease_url, "--logs", "/proc"])
+    assert done.returncode == 64, done.stderr
+    assert "/proc" in _one_line(done)
+    assert time.monotonic() - started < 15  # refused, not run
+
+
+def test_a_soak_in_a_reused_logs_directory_reports_this_run_only(
+    redlease_url: str, tmp_path: Path
+) -> None:
+    command = [
+        *SOAK, "--json", "--url", redlease_url, "--logs", str(tmp_path),
+        "--workers", "2", "--acquisitions", "5", "--names", "2", "--fault-every", "0",
+    ]  # fmt: skip
+    for _ in range(2):
+        done = _run(command, timeout=120)
+        report = json.loads(done.stdout)
+        assert done.returncode == 0, (done.stderr, report["failures"])
+        assert report["completed"]
+        assert report["acquisitions"]["attempted"] == 10
 
 
 # ``redlease chaos``'s paths: checked before running, results never lost.
@@ -180,6 +225,52 @@ def test_chaos_refuses_a_logs_path_that_is_a_file(redlease_url: str, tmp_path: P
     done = _chaos("pexpire", "--quick", "--url", redlease_url, "--logs", str(file))
     assert done.returncode == 64
     assert str(file) in _one_line(done)
+
+
+def test_chaos_in_a_reused_logs_directory_reports_this_run_only(
+    redlease_url: str, tmp_path: Path
+) -> None:
+    """The doc's own example run twice: the second run's verdict is its own."""
+    for _ in range(2):
+        done = _chaos(
+            "pexpire", "--quick", "--json", "--url", redlease_url, "--logs", str(tmp_path)
+        )
+        report = json.loads(done.stdout.strip().splitlines()[-1])
+        assert done.returncode == 0, (done.stderr, report)
+        assert report["scenarios"]["pexpire"]["fenced_lost_updates"] == 0
+
+
+def test_chaos_reports_its_results_when_the_server_stops_answering_mid_run(
+    tmp_path: Path,
+) -> None:
+    """A --url server paused past every socket timeout: the scenario is reported (an error
+    or a verdict), the run's keys are deleted once the server is back, never a traceback."""
+    with EmbeddedServer() as server:
+        process = _start(
+            redlease_command("chaos", "sigstop", "--quick", "--json", "--url", server.url),
+            tmp_path,
+        )
+        try:
+            with redis.Redis.from_url(server.url) as client:
+                prefix = _prefix_on(client, "redlease-chaos-sigstop-*", timeout=60)
+            time.sleep(0.5)
+            server.pause()
+            time.sleep(16)  # past the 5 s socket timeouts of the counter reads and clean-up
+            server.resume()
+            stdout, stderr = process.communicate(timeout=120)
+        finally:
+            server.resume()
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        assert "Traceback" not in stderr, stderr
+        report = json.loads(stdout.strip().splitlines()[-1])
+        assert "sigstop" in report["scenarios"]
+        assert process.returncode in (0, 70), stderr
+        if process.returncode == 70:
+            assert "sigstop" in stderr
+        with redis.Redis.from_url(server.url) as client:
+            assert list(client.scan_iter(match=f"{prefix}*")) == []
 
 
 def test_chaos_prints_its_results_even_when_the_page_cannot_be_written(
@@ -276,6 +367,18 @@ def _start(command: list[str], tmp_path: Path) -> subprocess.Popen[str]:
     )
 
 
+def _stop_with(process: subprocess.Popen[str], signum: signal.Signals) -> str:
+    """Send ``signum``; the process's stderr once it ended (killed if not within 60 s)."""
+    try:
+        process.send_signal(signum)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    return stderr
+
+
 RUNS: dict[str, Any] = {
     "chaos": (redlease_command("chaos", "sigstop", "--quick"), "redlease-chaos-sigstop-*"),
     "soak": (
@@ -310,12 +413,10 @@ def test_an_interrupted_run_cleans_up_after_itself(
     try:
         prefix = _prefix_on(client, pattern, timeout=60)
         _wait_for_stopped_worker(prefix, timeout=60)
-        process.send_signal(signum)
-        _, stderr = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+    except BaseException:
+        _stop_with(process, signal.SIGKILL)
+        raise
+    stderr = _stop_with(process, signum)
     assert process.returncode == 130, stderr
     assert "Traceback" not in stderr
     assert _gone(prefix, timeout=5) == []

@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,8 @@ HOLDER_TIMEOUT = 5.0
 FAILOVER_ALLOWANCE = 30.0  # a failover fault heals when a replica has taken over
 DETECT_WAIT = 5.0  # after the settle, how long a holder whose lease went away may take to learn
 WATCH_TIMEOUT = 10.0  # the watch's reads wait out a stalled server
+FORGET_WITHIN_S = 30.0  # a shared server paused during the clean-up still loses the run's keys
+FORGET_PAUSE_S = 0.5
 
 
 class Run:
@@ -54,6 +56,7 @@ class Run:
         self.prefix = f"redlease-chaos-{fault.name}-{secrets.token_hex(4)}"
         self.lease_key = LockKeys(LOCK_NAME, self.prefix).lease
         self.stop_file = directory / f"{fault.name}.stop"
+        self.stop_file.unlink(missing_ok=True)  # an earlier run's, in a reused --logs directory
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
         self.tails: dict[str, LogTail] = {}
         self.probed: set[str] = set()
@@ -83,6 +86,7 @@ class Run:
     def spawn(self) -> str:
         worker = f"w{len(self.workers) + 1}"
         log = self.directory / f"{self.fault.name}-{worker}.jsonl"
+        log.unlink(missing_ok=True)  # the worker appends: an earlier run's would be read too
         probe_url = self.target.probe_url(worker) if self.fault.detects else None
         command = [
             *self.target.wrap(worker),
@@ -242,6 +246,10 @@ class Run:
         try:
             plain = int(client.get(f"{self.prefix}:counter") or 0)
             fenced = int(client.get(f"{self.prefix}:fenced") or 0)
+        except redis.RedisError as error:
+            raise ChaosError(
+                f"the data server did not answer the counters' read: {error}"
+            ) from error
         finally:
             client.close()
         return plain, fenced
@@ -250,19 +258,38 @@ class Run:
         """On a shared server, delete the run's keys (data and lock)."""
         if self.target.private:
             return
-        client = redis.Redis.from_url(self.target.data_url, socket_timeout=5.0)
-        try:
-            delete_namespace(client, self.prefix)
-        finally:
-            client.close()
-        with self.lock_client() as lock_client:
-            delete_namespace(lock_client, self.prefix)
+        deadline = time.monotonic() + FORGET_WITHIN_S
+        forget_when_back(
+            lambda: redis.Redis.from_url(self.target.data_url, socket_timeout=5.0),
+            self.prefix,
+            deadline,
+        )
+        forget_when_back(lambda: self.target.admin(5.0), self.prefix, deadline)
 
 
 def _told_before(tail: LogTail, flavour: str, moment: float) -> bool:
     """Whether a probe's last news before ``moment`` was the loss of its lease."""
     last = tail.last(("probe", "lost"), moment, probe=flavour)
     return last is not None and last["ev"] == "lost"
+
+
+def forget_when_back(connect: Callable[[], Any], prefix: str, deadline: float) -> None:
+    """Delete the run's keys through a client ``connect`` makes, trying again while the
+    server does not answer (a paused one) until ``deadline``: then a :class:`ChaosError`
+    that names the keys left."""
+    while True:
+        client = connect()
+        try:
+            delete_namespace(client, prefix)
+            return
+        except redis.RedisError as error:
+            if time.monotonic() >= deadline:
+                raise ChaosError(
+                    f"the server did not answer the clean-up: keys {prefix}* are left ({error})"
+                ) from error
+        finally:
+            client.close()
+        time.sleep(FORGET_PAUSE_S)
 
 
 def delete_namespace(client: redis.Redis, prefix: str) -> None:

@@ -13,6 +13,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import redis
+
 from redlease.chaos.errors import ChaosError
 from redlease.chaos.fault import Fault, Scenario
 from redlease.chaos.faults import FAULTS
@@ -50,7 +52,7 @@ def run_scenarios(
             with target:
                 try:
                     results[scenario.name] = _run(scenario, target, settings, directory)
-                except ChaosError as error:
+                except (ChaosError, redis.RedisError) as error:  # a server that stopped answering
                     results[scenario.name] = {"error": str(error)}
                     errored = True
     finally:

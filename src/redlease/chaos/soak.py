@@ -42,8 +42,9 @@ from redlease.chaos.errors import ChaosError
 from redlease.chaos.interrupt import stop_signals
 from redlease.chaos.soak_run import Soak
 from redlease.chaos.soak_settings import SoakSettings, Target, private_target
-from redlease.commands.common import SHARED_HINT, ExitCode, UsageError, reach
+from redlease.commands.common import URL_ONLY_HINT, ExitCode, UsageError, reach, writable_directory
 from redlease.errors import InvalidArgument, ServerUnavailable
+from redlease.keys import ttl_to_ms
 from redlease.urls import from_url
 
 PROG = "python -m redlease.chaos.soak"
@@ -137,6 +138,10 @@ def _settings(args: argparse.Namespace) -> SoakSettings:
     for option in ("ttl", "acquire_timeout", "deadline"):
         if not 0 < getattr(args, option) < math.inf:
             raise UsageError(f"--{option.replace('_', '-')} must be a number of seconds above 0")
+    try:
+        ttl_to_ms(args.ttl, "--ttl")
+    except InvalidArgument as error:
+        raise UsageError(str(error)) from error
     for option in ("fault_every", "hold"):
         if not 0 <= getattr(args, option) < math.inf:
             raise UsageError(f"--{option.replace('_', '-')} must be a number of seconds, 0 or more")
@@ -156,18 +161,13 @@ def _settings(args: argparse.Namespace) -> SoakSettings:
 def _check_paths_and_server(args: argparse.Namespace) -> None:
     """Before any work: the log directory can be made, the ``--url`` server answers."""
     if args.logs is not None:
-        if args.logs.exists() and not args.logs.is_dir():
-            raise UsageError(f"--logs {args.logs}: exists and is not a directory")
-        try:
-            args.logs.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise UsageError(f"--logs {args.logs}: {error.strerror or error}") from error
+        writable_directory(args.logs, "--logs")
     if args.url is not None:
         try:
             from_url(redis.Redis.from_url, args.url).close()
         except InvalidArgument as error:
             raise UsageError(f"--url: {error}") from error
-        reach(args.url, hint=SHARED_HINT)
+        reach(args.url, hint=URL_ONLY_HINT)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,8 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = _args(argv)
         settings = _settings(args)
-        _check_paths_and_server(args)
         with stop_signals():
+            _check_paths_and_server(args)
             report = run_soak(settings, url=args.url, logs=args.logs)
     except UsageError as error:
         return _fail(ExitCode.USAGE, f"error: {error}")

@@ -70,6 +70,7 @@ class Soak:
         self.random = random.Random(settings.seed)
         self.board = Board(directory / "board.bin", settings.workers, create=True)
         self.stop_file = directory / "stop"
+        self.stop_file.unlink(missing_ok=True)  # an earlier run's, in a reused --logs directory
         self.slots: list[Slot] = []
         self.logs: list[Path] = []
         self.injections: list[Injection] = []
@@ -84,6 +85,7 @@ class Soak:
         s = self.settings
         worker = f"w{index:02d}.{incarnation}"
         log = self.directory / f"{worker}.jsonl"
+        log.unlink(missing_ok=True)  # the worker appends: an earlier run's would be read too
         command = [
             sys.executable, "-m", "redlease.chaos.soak_worker",
             "--lock-url", self.target.lock_url, "--data-url", self.target.data_url,

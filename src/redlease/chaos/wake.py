@@ -28,7 +28,7 @@ import redis
 from redlease.chaos.detection import ExpiryWatch
 from redlease.chaos.errors import ChaosError, WaiterFailed
 from redlease.chaos.fault import target_of
-from redlease.chaos.harness import delete_namespace
+from redlease.chaos.harness import FORGET_WITHIN_S, forget_when_back
 from redlease.chaos.probes import FLAVOURS
 from redlease.chaos.settings import WAKE_SLACK_S, Settings
 from redlease.chaos.tail import LogTail
@@ -187,6 +187,7 @@ class WakeRun:
 
     def _spawn(self, flavour: str) -> str:
         log = self.directory / f"{self.scenario.name}-{flavour}.jsonl"
+        log.unlink(missing_ok=True)  # the waiter appends: an earlier run's would be read too
         command = [
             sys.executable, "-m", "redlease.chaos.waiter",
             *self.target.lock_args(flavour),
@@ -251,6 +252,27 @@ class WakeRun:
         return statistics.median(samples)
 
     def _stop(self) -> None:
+        """End the waiters, then delete the run's keys: also when a signal cuts the wait for
+        the waiters short (they are killed first, so none writes a key after)."""
+        try:
+            self._end_waiters()
+        except BaseException:
+            for process in self.processes.values():
+                with suppress(OSError):
+                    process.kill()
+            raise
+        finally:
+            self.locks.close()
+            self.client.close()
+            self.admin.close()
+            if not self.target.private:
+                forget_when_back(
+                    lambda: self.target.admin(WATCH_TIMEOUT),
+                    self.prefix,
+                    time.monotonic() + FORGET_WITHIN_S,
+                )
+
+    def _end_waiters(self) -> None:
         for process in self.processes.values():
             with suppress(ProcessLookupError):
                 os.kill(process.pid, signal.SIGCONT)
@@ -263,11 +285,6 @@ class WakeRun:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(5.0)
-        self.locks.close()
-        if not self.target.private:
-            delete_namespace(self.client, self.prefix)
-        self.client.close()
-        self.admin.close()
 
 
 def _said(event: dict[str, Any]) -> str:

@@ -24,7 +24,13 @@ from typing import Any
 from redlease.chaos import FAULTS, ChaosError, Settings, run_scenarios
 from redlease.chaos.interrupt import stop_signals
 from redlease.chaos.matrix import render
-from redlease.commands.common import SHARED_HINT, ExitCode, UsageError, reachable_server
+from redlease.commands.common import (
+    URL_ONLY_HINT,
+    ExitCode,
+    UsageError,
+    reachable_server,
+    writable_directory,
+)
 
 __all__ = ["register"]
 
@@ -110,7 +116,7 @@ def run_chaos(args: argparse.Namespace) -> int:
             if args.url is None:
                 report = run_scenarios(names, settings, logs=args.logs)
             else:
-                with reachable_server(args.url, hint=SHARED_HINT) as url:
+                with reachable_server(args.url, hint=URL_ONLY_HINT) as url:
                     report = run_scenarios(names, settings, url=url, logs=args.logs)
     except ChaosError as error:
         print(f"redlease: {error}", file=sys.stderr)
@@ -138,12 +144,7 @@ def run_chaos(args: argparse.Namespace) -> int:
 def _check_paths(logs: Path | None, markdown: Path | None) -> None:
     """Before any scenario runs: the log directory can be made, the page can be written."""
     if logs is not None:
-        if logs.exists() and not logs.is_dir():
-            raise UsageError(f"--logs {logs}: exists and is not a directory")
-        try:
-            logs.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise UsageError(f"--logs {logs}: {error.strerror or error}") from error
+        writable_directory(logs, "--logs")
     if markdown is not None:
         folder = markdown.parent
         if markdown.is_dir():

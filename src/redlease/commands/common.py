@@ -10,9 +10,11 @@ from __future__ import annotations
 import argparse
 import enum
 import functools
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import redis
@@ -45,6 +47,9 @@ __all__ = [
 PROBE_TIMEOUT = 2.0
 PRIVATE_HINT = f"correct --url / {URL_ENV}, or unset both to run a private server"
 SHARED_HINT = f"correct --url / {URL_ENV}"
+URL_ONLY_HINT = "correct --url"
+"""For the chaos tools, which read no ``REDIS_URL`` (a run must not land on a server by
+accident)."""
 T = TypeVar("T")
 
 
@@ -222,3 +227,16 @@ def _parse(text: str, kind: Callable[[str], T], what: str) -> T:
         return kind(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+
+
+def writable_directory(path: Path, option: str) -> None:
+    """Before any work: ``path`` is a directory (made if missing) this process can write a
+    file in; else a :class:`UsageError` naming ``option``."""
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{option} {path}: exists and is not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as error:
+        raise UsageError(f"{option} {path}: {error.strerror or error}") from error
