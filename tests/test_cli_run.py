@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -23,7 +25,7 @@ import redis
 import redlease
 from conftest import cli_environment, redlease_command, run_redlease
 from redlease.chaos.proxy import Mode, ProxyHub
-from redlease.commands.run import RELEASE_AFTER_LOSS
+from redlease.commands.supervise import RELEASE_AFTER_LOSS
 
 RUN_TIMEOUT = 30
 
@@ -295,6 +297,78 @@ def test_a_lease_lost_to_a_dead_link_does_not_hold_run_up_in_its_release(
     assert "lost the lease" in stderr
     limit = 1 + 0.5 + RELEASE_AFTER_LOSS + 2  # ttl, grace, the release's bound, slack
     assert took < limit, f"run exited {took:.1f} s after the link died: {stderr}"
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def gone_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not pid_alive(pid)
+
+
+@pytest.mark.parametrize("stopped_by", ["lost lease", "SIGTERM to run", "lost lease, stderr full"])
+def test_the_whole_command_is_stopped_not_only_its_shell(redlease_url, name, tmp_path, stopped_by):
+    """A shell command's own children are stopped with it: the lock is released only after,
+    so no part of the job goes on unprotected (the first line of the shell is a child of
+    the shell, not the shell itself)."""
+    ready = tmp_path / "ready"
+    worker = (
+        f"import os, pathlib, time; pathlib.Path({str(ready)!r}).write_text(str(os.getpid())); "
+        "time.sleep(60)"
+    )
+    shell = f"{sys.executable} -c {shlex.quote(worker)}; echo after"
+    stderr_to = open("/dev/full", "w") if "full" in stopped_by else subprocess.PIPE
+    run = subprocess.Popen(
+        redlease_command("run", name, "--ttl", "1", "--grace", "1", "-c", shell),
+        env=cli_environment(redlease_url),
+        stdout=subprocess.PIPE,
+        stderr=stderr_to,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        wait_for_file(ready, run)
+        while not ready.read_text():
+            time.sleep(0.02)
+        grandchild = int(ready.read_text())
+        if stopped_by == "SIGTERM to run":
+            run.send_signal(signal.SIGTERM)
+        else:
+            with redis.Redis.from_url(redlease_url) as client:
+                assert client.delete(f"redlease:{{{name}}}") == 1
+        run.wait(RUN_TIMEOUT)
+        assert gone_within(grandchild, 2), "the shell's child outlived run"
+    finally:
+        if stderr_to is not subprocess.PIPE:
+            stderr_to.close()
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    expected = 128 + signal.SIGTERM if stopped_by == "SIGTERM to run" else 75
+    assert run.returncode == expected
+
+
+def test_a_signal_ignored_when_run_starts_stays_ignored_for_the_command(redlease_url, name):
+    """As nohup(1) and flock(1): ``nohup redlease run ...`` keeps the command deaf to SIGHUP."""
+    done = subprocess.run(
+        ["nohup", *redlease_command("run", name, "-c", "grep SigIgn /proc/self/status")],
+        check=False,
+        env=cli_environment(redlease_url),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+    )
+    assert done.returncode == 0, done.stderr
+    mask = int(done.stdout.split()[-1], 16)
+    assert mask & (1 << (signal.SIGHUP - 1)), done.stdout
 
 
 def test_a_command_deaf_to_sigterm_is_killed_after_the_grace(redlease_url, name, tmp_path):
