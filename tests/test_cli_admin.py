@@ -24,6 +24,7 @@ import redis
 import redlease
 from conftest import run_redlease
 from redlease import ReleaseOutcome
+from redlease.server import EmbeddedServer
 
 RUN_TIMEOUT = 30
 
@@ -406,3 +407,19 @@ def test_a_stdout_that_cannot_be_written_is_one_line_and_74(redlease_url, prefix
     assert "Traceback" not in completed.stderr
     assert "Exception ignored" not in completed.stderr
     assert "No space left" in completed.stderr
+
+
+@pytest.mark.parametrize("args", [["ls"], ["show", "x"], ["release", "x", "--force"]])
+def test_a_server_that_stops_answering_after_the_probe_is_69_naming_it(args):
+    """``CLIENT PAUSE ... WRITE`` (as a failover does): PING still answers, scripts wait."""
+    with EmbeddedServer() as server, redlease.Locks(server.url) as locks:
+        locks.lock("x", ttl=60).acquire()  # something for ls to read
+        with redis.Redis.from_url(server.url) as admin:
+            admin.execute_command("CLIENT", "PAUSE", "20000", "WRITE")
+            try:
+                done = run_cli(*args, url=server.url)
+            finally:
+                admin.execute_command("CLIENT", "UNPAUSE")
+    assert done.returncode == 69, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert server.url in line

@@ -456,6 +456,10 @@ def test_a_command_that_does_not_exist_exits_127(redlease_url, name):
         pytest.param(["run", "orders", "-E", "256", "--", "true"], id="exit-code-range"),
         pytest.param(["run", "or{ders}", "--", "true"], id="brace-in-name"),
         pytest.param(["ls", "--", "true"], id="command-for-ls"),
+        pytest.param(["run", "orders", "--grace", "1e10", "--", "true"], id="grace-past-clocks"),
+        pytest.param(["run", "orders", "--ttl", "0.001", "--", "true"], id="ttl-below-10-ms"),
+        pytest.param(["top", "--once", "--interval", "9.3e9"], id="interval-past-clocks"),
+        pytest.param(["demo", "watchdog", "--ttl", "0.001"], id="demo-ttl-below-10-ms"),
     ],
 )
 def test_usage_mistakes_exit_64(redlease_url, args):

@@ -32,6 +32,7 @@ from redlease.errors import (
     ServerNotFound,
     ServerUnavailable,
 )
+from redlease.server import resolve_url
 from redlease.urls import redacted
 
 __all__ = ["build_parser", "main"]
@@ -147,12 +148,20 @@ def _dispatch(handler: Callable[[argparse.Namespace], int], args: argparse.Names
         return int(handler(args))
     except (UsageError, InvalidName, InvalidArgument) as error:
         return _fail(ExitCode.USAGE, str(error))
-    except (ServerUnavailable, ServerNotFound, redis.ConnectionError) as error:
+    except (ServerUnavailable, ServerNotFound) as error:
         return _fail(ExitCode.UNAVAILABLE, f"server unavailable: {error}")
+    except (redis.ConnectionError, redis.TimeoutError) as error:  # stopped answering mid-way
+        return _fail(ExitCode.UNAVAILABLE, f"server unavailable{_named(args)}: {error}")
     except (DemoFailed, LockError, redis.RedisError) as error:
         return _fail(ExitCode.SOFTWARE, str(error))
     except KeyboardInterrupt:
         return _fail(ExitCode.INTERRUPTED, "interrupted")
+
+
+def _named(args: argparse.Namespace) -> str:
+    """`` at URL`` (password masked) for a command that talks to one server, else nothing."""
+    url = resolve_url(getattr(args, "url", None)) if hasattr(args, "url") else None
+    return f" at {redacted(url)}" if url else ""
 
 
 def _split_command(

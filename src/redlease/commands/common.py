@@ -22,19 +22,21 @@ from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.retry import Retry
 
-from redlease.errors import ServerUnavailable
-from redlease.keys import DEFAULT_PREFIX
+from redlease.errors import InvalidArgument, ServerUnavailable
+from redlease.keys import DEFAULT_PREFIX, ttl_to_ms
 from redlease.server import URL_ENV, resolve_url, server_url
 from redlease.urls import from_url, redacted
 
 __all__ = [
     "PROBE_TIMEOUT",
+    "URL_ONLY_HINT",
     "ExitCode",
     "Reached",
     "UsageError",
     "add_connection_options",
     "connect",
     "exit_code",
+    "lease_ttl",
     "non_negative_float",
     "port_number",
     "positive_float",
@@ -42,6 +44,7 @@ __all__ = [
     "reach",
     "reachable_server",
     "required_url",
+    "writable_directory",
 ]
 
 PROBE_TIMEOUT = 2.0
@@ -208,17 +211,35 @@ def port_number(text: str) -> int:
     return value
 
 
+SECONDS_MAX = 1e9
+"""About 31 years: a longer wait, grace or interval overflows the system's clock types."""
+
+
 def positive_float(text: str) -> float:
     value = _parse(text, float, "a number")
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    if not 0 < value <= SECONDS_MAX:
+        raise argparse.ArgumentTypeError(
+            f"must be a positive number of seconds, at most {SECONDS_MAX:g}, got {text}"
+        )
+    return value
+
+
+def lease_ttl(text: str) -> float:
+    """A lease's TTL in seconds, within what a lock takes (at least 10 ms)."""
+    value = positive_float(text)
+    try:
+        ttl_to_ms(value)
+    except InvalidArgument as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
     return value
 
 
 def non_negative_float(text: str) -> float:
     value = _parse(text, float, "a number")
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be zero or a positive number, got {text}")
+    if not 0 <= value <= SECONDS_MAX:
+        raise argparse.ArgumentTypeError(
+            f"must be zero or a positive number of seconds, at most {SECONDS_MAX:g}, got {text}"
+        )
     return value
 
 

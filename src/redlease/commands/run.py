@@ -22,8 +22,8 @@ from redlease.commands.common import (
     UsageError,
     add_connection_options,
     exit_code,
+    lease_ttl,
     non_negative_float,
-    positive_float,
     reach,
     required_url,
 )
@@ -79,7 +79,7 @@ def register(commands: Any) -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--ttl",
-        type=positive_float,
+        type=lease_ttl,
         metavar="SECONDS",
         help="lease length, renewed while CMD runs (default: 30, renewed)",
     )

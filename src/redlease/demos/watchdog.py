@@ -19,7 +19,7 @@ from typing import Any
 
 import redis
 
-from redlease.commands.common import positive_float
+from redlease.commands.common import lease_ttl, positive_float
 from redlease.core.claims import split_lease_value
 from redlease.core.lease import Lease
 from redlease.demos.base import at_most, option, switch
@@ -51,9 +51,7 @@ MAX_JOB_SECONDS = 600.0
 class WatchdogSettings:
     """The options of ``redlease demo watchdog``, one field each."""
 
-    ttl: float = option(
-        1.0, positive_float, "S", "the lease's TTL in seconds (default: %(default)s)"
-    )
+    ttl: float = option(1.0, lease_ttl, "S", "the lease's TTL in seconds (default: %(default)s)")
     job_seconds: float = option(
         3.5,
         at_most(positive_float, MAX_JOB_SECONDS, "s"),
