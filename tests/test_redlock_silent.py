@@ -22,10 +22,11 @@ import pytest
 import redis
 
 import redlease
-from conftest import SyncLocksAdapter, measure_round_trip
+from conftest import SyncLocksAdapter, eventually, measure_round_trip
 from redlease.aio.fanout import FIRST_CONTACT_S
 from redlease.chaos.proxy import Link, Mode, ProxyHub
 from redlease.core.redlock import ROUND_FLOOR_S, SILENT_MAJORITY_S, STRAGGLER_GRACE_S
+from redlease.core.withdrawal import LONGEST_PAUSE_S
 from redlease.server import EmbeddedServer
 
 pytestmark = [pytest.mark.redlock, pytest.mark.timeout(120)]
@@ -615,4 +616,35 @@ async def test_a_far_master_that_answered_an_error_is_heard_again(masters, links
     finally:
         for link in links:
             link.set()
+        await redlock.aclose()
+
+
+async def test_an_acquire_a_stopped_majority_failed_leaves_nothing_when_it_resumes(
+    masters, flavor, prefix
+):
+    """A stopped master keeps the failed acquire's script in its socket and runs it when it
+    resumes: on a majority, that would block the lock for its TTL, from everyone. The
+    client gives it back once they answer again."""
+    redlock = redlock_over_urls(flavor, [server.url for server in masters], prefix)
+    try:
+        await warm_up(redlock)
+        for server in masters[1:]:
+            server.pause()
+        try:
+            with pytest.raises(redlease.ServerUnavailable):
+                await redlock.lock("payroll", ttl=30).acquire(timeout=1)
+        finally:
+            for server in masters[1:]:
+                server.resume()
+        clients = [redis.Redis(port=server.port) for server in masters]
+
+        def left() -> list[bool]:
+            return [bool(client.exists(f"{prefix}:{{payroll}}")) for client in clients]
+
+        assert await eventually(lambda: not any(left()), 3 * LONGEST_PAUSE_S), left()
+        lease = await redlock.lock("payroll", ttl=30).acquire(timeout=0)
+        assert lease.fence >= 1
+        for client in clients:
+            client.close()
+    finally:
         await redlock.aclose()

@@ -23,6 +23,7 @@ GENERATED = (
     "engine.py",
     "family.py",
     "fanout.py",
+    "giveback.py",
     "handle.py",
     "links.py",
     "lock.py",

@@ -49,19 +49,21 @@ from redlease.core.redlock import (
 )
 from redlease.core.renewal import renewal_answers, renewal_calls
 from redlease.core.replies import acquire_error
-from redlease.core.withdrawal import LATE_COMMAND_S
 from redlease.errors import InvalidArgument, LeaseLost, LockError, LockTimeout
 from redlease.keys import DEFAULT_PREFIX
 from redlease.scripts import ScriptName
-from redlease.sync._flavor import Worker, current_owner, fire, logger, shielded, sleep
+from redlease.sync._flavor import Worker, current_owner, fire, shielded, sleep
 from redlease.sync.client import Client
 from redlease.sync.engine import Engine
 from redlease.sync.fanout import Fanout
+from redlease.sync.giveback import give_back
 from redlease.sync.handle import LeaseHandle
 from redlease.sync.renewer import Renewer
 
 RETRY_DELAYS_S = (0.005, 0.05)
 """A refused round retries after a random pause in this range, so contenders desynchronise."""
+MAX_UNANSWERED = 16
+"""The most recent rounds a silent majority left unanswered that a failed acquire gives back."""
 RELEASE_AT_LEAST_S = 0.05
 """A release waits for the masters until the lease's local deadline, and at least this long."""
 
@@ -178,19 +180,16 @@ class Redlock(Client):
         ]
         return [quorum_answer([answers[i] for answers in per_master]) for i in range(len(due))]
 
-    def _give_back_later(self, claim: Claim, within: float) -> None:
-        """A step cut short (a cancel, Ctrl-C, a time limit's signal) may have left its
-        grant on some masters: give it back on every master from a worker of its own,
-        after a moment (the cut step's commands may still be on their way)."""
+    def _give_back_later(self, claims: Sequence[Claim]) -> None:
+        """Give back on every master, from a worker of its own, what a step cut short or an
+        acquire a silent majority failed may have left (see :mod:`redlease.sync.giveback`)."""
         self._giving_back = {worker for worker in self._giving_back if worker.alive()}
-        self._giving_back.add(Worker(lambda: self._give_back(claim, within), "redlease-give-back"))
-
-    def _give_back(self, claim: Claim, within: float) -> None:
-        sleep(LATE_COMMAND_S)
-        release = claim.release_op(withdraw=False, latch=False)
-        replies = self._everywhere(release, enough=len(self._masters), within=within)
-        if any(isinstance(reply, Exception) for reply in replies):
-            logger.debug("could not give back all of a cut-short step on %r", claim.keys.name)
+        masters, closed = len(self._masters), lambda: self._closed
+        self._giving_back.add(
+            Worker(
+                lambda: give_back(self._everywhere, masters, claims, closed), "redlease-give-back"
+            )
+        )
 
     def close(self) -> None:
         """Stop the renewal worker and close every master's client; no new lease after."""
@@ -234,6 +233,7 @@ class RedlockLock(LeaseHandle[Redlock]):
         deadline = None if request.timeout is None else began + request.timeout
         delay = RETRY_DELAYS_S[0]
         silent_since: float | None = None
+        unanswered_by: list[Claim] = []  # a majority may run these when it resumes
         floor = began + ROUND_FLOOR_S
         rounds_end = (
             floor if not request.blocking else None if deadline is None else max(deadline, floor)
@@ -243,7 +243,7 @@ class RedlockLock(LeaseHandle[Redlock]):
             try:
                 grant, tally, why = self._round(claim, within)
             except BaseException:
-                self._locks._give_back_later(claim, self._ttl_ms / 1000)
+                self._locks._give_back_later([*unanswered_by, claim])
                 raise
             if grant is not None:
                 return self._settle(owner, grant, request, self._role)
@@ -252,23 +252,25 @@ class RedlockLock(LeaseHandle[Redlock]):
                 typed = [error for error in tally.errors if not isinstance(error, NETWORK_ERRORS)]
                 if typed:  # another program's value, a spent fence counter: say so
                     raise typed[0]
+                unanswered_by = [*unanswered_by[-MAX_UNANSWERED + 1 :], claim]
                 silent_since = round_began if silent_since is None else silent_since
                 patience = max(self._round_time(None), SILENT_MAJORITY_S)
                 if not tally.silent or clock() - silent_since >= patience:
-                    raise self._unavailable(tally, began)  # refused, or silent for too long
+                    raise self._unavailable(tally, began, unanswered_by)  # refused, or silent
             else:
                 silent_since = None
             remaining = None if deadline is None else deadline - clock()
             if not request.blocking or (remaining is not None and remaining <= 0):
                 if unanswered:
-                    raise self._unavailable(tally, began)
+                    raise self._unavailable(tally, began, unanswered_by)
                 raise LockTimeout(self.name, request.timeout if request.blocking else 0, why)
             pause = random.uniform(RETRY_DELAYS_S[0], delay)
             sleep(pause if remaining is None else min(pause, remaining))
             delay = min(delay * 2, RETRY_DELAYS_S[1])
             claim = self._claim(self._locks._new_token(owner), "publish")
 
-    def _unavailable(self, tally: Tally, began: float) -> LockError:
+    def _unavailable(self, tally: Tally, began: float, unanswered_by: list[Claim]) -> LockError:
+        self._locks._give_back_later(unanswered_by)
         waited_ms = (self._locks._clock() - began) * 1000
         return too_few_answers(self.name, tally, waited_ms)
 
@@ -339,7 +341,7 @@ class RedlockLock(LeaseHandle[Redlock]):
                 decided=releases,
             )
         except BaseException:
-            self._locks._give_back_later(lease._claim, within)
+            self._locks._give_back_later([lease._claim])
             raise
         released = sum(1 for code in replies if isinstance(code, int) and code >= RELEASED)
         code = RELEASED if released >= self._locks._quorum else TAKEN_OVER

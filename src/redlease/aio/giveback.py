@@ -1,0 +1,59 @@
+"""Give back on every Redlock master what acquisitions may have left there.
+
+A step cut short (a cancellation, Ctrl-C, a time limit's signal), or an acquire that a
+silent majority failed, may have left a grant on some masters, or leave one there later: a
+stopped master keeps the acquire script in its socket and runs it when it resumes, which on
+a majority would block the lock for its TTL, from everyone. So each claim is released on
+every master until each master answered twice, the second time a moment after the first (a
+command sent before may run just after it), with the pauses of
+:func:`~redlease.core.withdrawal.withdrawal_pauses` between tries: further apart while a
+master stays silent, for the lease's TTL and at least 30 s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from redlease.aio._flavor import logger, sleep
+from redlease.core.ops import Claim, RunScript
+from redlease.core.protocol import NETWORK_ERRORS
+from redlease.core.withdrawal import LONGEST_PAUSE_S, withdrawal_pauses
+
+Everywhere = Callable[..., Awaitable[list[Any]]]
+"""``_everywhere(op, only, enough=, within=)`` of a Redlock client."""
+
+
+async def give_back(
+    everywhere: Everywhere, masters: int, claims: Sequence[Claim], closed: Callable[[], bool]
+) -> None:
+    """Release every claim on every master until each master answered twice (see above);
+    stops early once the client is closed."""
+    releases: list[RunScript] = [claim.release_op(withdraw=False, latch=False) for claim in claims]
+    answers = [0] * masters
+    schedule = withdrawal_pauses(max(claim.ttl_ms for claim in claims))
+    pause = next(schedule)
+    while True:
+        await sleep(pause)
+        if closed():
+            return
+        pending = [index for index, count in enumerate(answers) if count < 2]
+        answered = set(pending)
+        for release in releases:
+            replies = await everywhere(
+                release, pending, enough=len(pending), within=LONGEST_PAUSE_S
+            )
+            answered -= {
+                index
+                for index, reply in zip(pending, replies, strict=True)
+                if isinstance(reply, NETWORK_ERRORS)
+            }
+        for index in answered:
+            answers[index] += 1
+        if min(answers) >= 2:
+            return
+        try:
+            pause = schedule.send(answered == set(pending))
+        except StopIteration:
+            logger.debug("could not give back %d claims on every master", len(claims))
+            return
