@@ -22,6 +22,7 @@ import redis
 import redlease
 from conftest import SyncLocksAdapter, eventually, fence_key
 from redlease.chaos.proxy import ProxyHub
+from redlease.core.redlock import RECONNECT_PAUSES_S
 from redlease.scripts import ScriptName
 from redlease.server import EmbeddedServer
 
@@ -206,5 +207,66 @@ async def test_an_evicting_master_is_warned_about(redlease_servers_factory, flav
 
         assert await eventually(lambda: len(warned()) == 1, 5), warned()
         assert "fencing counter" in warned()[0]
+    finally:
+        await redlock.aclose()
+
+
+async def warmed_redlock(flavor: str, masters: list[EmbeddedServer], prefix: str) -> Any:
+    """A Redlock client over ``masters`` that took and released a lock on all of them."""
+    redlock = redlock_over(flavor, [server.url for server in masters], prefix)
+    await redlock.lock("payroll", ttl=5).acquire()
+    await redlock.lock("payroll").release()
+    return redlock
+
+
+async def test_a_master_back_from_a_restart_counts_in_the_next_acquire(
+    redlease_servers_factory, flavor, prefix
+):
+    """A master that refused connections while down and is back (empty, after a restart)
+    makes the majority of the next acquire that needs it, even with another master
+    silent: an opening that failed rounds ago does not keep it out (an outside tester saw
+    the acquire fail after its whole timeout)."""
+    first, second, third = redlease_servers_factory(3)
+    redlock = await warmed_redlock(flavor, [first, second, third], prefix)
+    try:
+        third.kill()
+        await redlock.lock("payroll", ttl=5).acquire(timeout=2)
+        await redlock.lock("payroll").release()
+        third.restart()
+        await asyncio.sleep(1.5)  # past the longest reconnect pause
+        second.pause()
+        try:
+            started = time.monotonic()
+            lease = await redlock.lock("payroll", ttl=5).acquire(timeout=3)
+            took = time.monotonic() - started
+        finally:
+            second.resume()
+        assert took < 1.0, f"the acquire took {took:.2f} s"
+        assert lease.fence >= 1
+        assert await redlock.lock("payroll").release() is redlease.ReleaseOutcome.RELEASED
+    finally:
+        await redlock.aclose()
+
+
+async def test_masters_that_refuse_connections_fail_every_acquire_within_their_pause(
+    redlease_servers_factory, flavor, prefix
+):
+    """Two of three down (nothing listening): the first acquire is refused at once; a later
+    one finds the masters in their reconnect pause (they may be back by its end) and is
+    refused once it ends: within about 1 s, never the acquire's whole timeout."""
+    first, second, third = redlease_servers_factory(3)
+    redlock = await warmed_redlock(flavor, [first, second, third], prefix)
+    try:
+        second.kill()
+        third.kill()
+        took = []
+        for _ in range(8):
+            started = time.monotonic()
+            with pytest.raises(redlease.ServerUnavailable):
+                await redlock.lock("payroll", ttl=1).acquire(timeout=10)
+            took.append(time.monotonic() - started)
+            await asyncio.sleep(0.1)
+        assert took[0] < 0.25, took
+        assert max(took) < RECONNECT_PAUSES_S[-1] + 0.5, took
     finally:
         await redlock.aclose()

@@ -41,9 +41,10 @@ from redlease.aio._fanout_io import (
 )
 from redlease.aio._flavor import Guard, current_loop, send_now
 from redlease.aio.scripts import Scripts
-from redlease.compat import ConnectionErrors, NoScriptErrors, TimeoutErrors
+from redlease.compat import ConnectionErrors, NoScriptErrors
 from redlease.core.ops import RunScript
-from redlease.core.redlock import NOT_AWAITED, STRAGGLER_GRACE_S, learned, reconnect_pause
+from redlease.core.reconnects import Reconnects
+from redlease.core.redlock import NOT_AWAITED, STRAGGLER_GRACE_S, counted, learned
 
 CONNECT_ROUND_TRIPS = 3
 """Opening a connection takes about this many round trips (TCP, then HELLO and SETINFO)."""
@@ -67,8 +68,7 @@ class AsyncFanout:
         self._usual_s: list[float | None] = [None] * count
         self._styles: list[tuple[object, ...]] = [()] * count
         """How each connection packs a command (see :func:`~redlease._packing.packing_of`)."""
-        self._quiet_until = [0.0] * count
-        self._failed_openings = [0] * count
+        self._reconnects = Reconnects(count)
         self._tried = [False] * count
         """Whether a connection to each target was ever tried (see FIRST_CONTACT_S)."""
         self._loaded: list[set[str] | None] = [None] * count
@@ -107,7 +107,7 @@ class AsyncFanout:
             try:
                 replies, stale = await self._round(op, indexes, enough, ends, decided)
                 if stale:
-                    left = enough - _counted(replies, decided)
+                    left = enough - counted(replies, decided)
                     again, _ = await self._round(op, stale, max(left, 0), ends, decided)
                     for index, reply in zip(stale, again, strict=True):
                         replies[indexes.index(index)] = reply
@@ -163,7 +163,7 @@ class AsyncFanout:
         if unscripted:  # a new or restarted master: the source, on the same connections
             for at in unscripted:
                 replies[at] = None
-            left = max(enough - _counted(replies, decided), 0)
+            left = max(enough - counted(replies, decided), 0)
             for at in unscripted:  # it may lack the other scripts too: each goes as source
                 self._loaded[indexes[at]] = {op.script.sha}
             command = ("EVAL", source, *command[2:])
@@ -198,15 +198,19 @@ class AsyncFanout:
         patience = 0.0
         for at in missing:
             index = indexes[at]
-            if self._openings[index] is None and now >= self._quiet_until[index]:
+            if isinstance(self._opened(index), BaseException):  # an earlier round's try
+                self._take_opened(index)
+            if self._openings[index] is None and self._reconnects.may_try(index, now):
                 client: Any = self._targets[index].client
                 self._openings[index] = start_opening(client.connection_pool, ends - now)
+                self._reconnects.began(index, now)
                 if not self._tried[index]:  # a first contact: how far is it?
                     self._tried[index] = True
                     patience = min(FIRST_CONTACT_S, (ends - now) / 10)
         opening = [indexes[at] for at in missing if self._openings[indexes[at]] is not None]
         ready = sum(1 for reply in replies if reply is None) - len(missing)
-        if opening and (ready < enough or patience):  # else they count from a later round
+        prompt = any(self._reconnects.answers_at_once(index) for index in opening)
+        if opening and (ready < enough or patience or prompt):  # else from a later round
             await await_openings(
                 [self._openings[index] for index in opening],
                 max(enough - ready, 0),
@@ -216,19 +220,20 @@ class AsyncFanout:
         for at in missing:
             replies[at] = self._take_opened(indexes[at])
 
+    def _opened(self, index: int) -> Any:
+        opening = self._openings[index]
+        return None if opening is None else opened(opening)
+
     def _take_opened(self, index: int) -> BaseException | None:
         """``None`` once the target's new connection is in place; else the reply to give."""
-        opening = self._openings[index]
-        outcome = None if opening is None else opened(opening)
+        outcome = self._opened(index)
         if outcome is None:
-            return TimeoutErrors[0]("no connection to this server yet (it did not answer)")
+            return self._reconnects.stand_in()
         self._openings[index] = None
         if isinstance(outcome, BaseException):
-            self._failed_openings[index] += 1
-            pause = reconnect_pause(self._failed_openings[index])
-            self._quiet_until[index] = time.monotonic() + pause
+            self._reconnects.failed(index, outcome)
             return outcome
-        self._failed_openings[index] = 0
+        self._reconnects.opened(index)
         self._connections[index], seconds = outcome
         self._styles[index] = packing_of(self._connections[index])
         self._usual_s[index] = learned(self._usual_s[index], seconds / CONNECT_ROUND_TRIPS)
@@ -381,14 +386,6 @@ class AsyncFanout:
         self._owe(index, NOTHING_OWED)
         connection, self._connections[index] = self._connections[index], None
         return connection
-
-
-def _counted(replies: list[Any], decided: Callable[[object], bool] | None) -> int:
-    """How many replies count towards ``enough``: those that passed ``decided``, or else
-    every answer."""
-    if decided is not None:
-        return sum(1 for reply in replies if decided(reply))
-    return sum(1 for reply in replies if reply is not None and not isinstance(reply, Exception))
 
 
 async def _alone(scripts: Scripts, op: RunScript) -> Any:

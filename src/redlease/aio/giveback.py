@@ -41,7 +41,7 @@ async def give_back(
         answered = set(pending)
         for release in releases:
             replies = await everywhere(
-                release, pending, enough=len(pending), within=LONGEST_PAUSE_S
+                release, pending, enough=len(pending), within=LONGEST_PAUSE_S, lane="giving back"
             )
             answered -= {
                 index

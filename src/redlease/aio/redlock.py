@@ -104,6 +104,7 @@ class AsyncRedlock(AsyncClient):
         self._giving_back: set[Worker] = set()
         self._fanout = AsyncFanout([master._scripts for master in self._masters])
         self._renewals_fanout = AsyncFanout([master._scripts for master in self._masters])
+        self._giving_back_fanout = AsyncFanout([master._scripts for master in self._masters])
 
     def lock(
         self,
@@ -126,7 +127,7 @@ class AsyncRedlock(AsyncClient):
         *,
         enough: int,
         within: float,
-        renewal: bool = False,
+        lane: str = "steps",
         decided: Callable[[object], bool] | None = None,
     ) -> list[Any]:
         """One script on every master (or those at ``only``) in one round trip from this
@@ -138,7 +139,11 @@ class AsyncRedlock(AsyncClient):
         masters = [self._masters[index] for index in indexes]
         for master in masters:
             await master._on_this_loop()
-        fanout = self._renewals_fanout if renewal else self._fanout
+        fanout = {
+            "steps": self._fanout,
+            "renewals": self._renewals_fanout,
+            "giving back": self._giving_back_fanout,
+        }[lane]
         replies = await fanout.run(op, indexes, enough=enough, within=within, decided=decided)
         return [
             refused(op, reply) if isinstance(reply, ResponseErrors) else reply for reply in replies
@@ -171,7 +176,7 @@ class AsyncRedlock(AsyncClient):
         deadline = min(lease.expires_at for lease in due)
         replies = [
             await self._everywhere(
-                op, enough=self._quorum, within=deadline - self._clock(), renewal=True
+                op, enough=self._quorum, within=deadline - self._clock(), lane="renewals"
             )
             for _, op in batches
         ]
@@ -200,6 +205,7 @@ class AsyncRedlock(AsyncClient):
         await self._renewer.stop()
         await self._fanout.close()
         await self._renewals_fanout.close()
+        await self._giving_back_fanout.close()
         for master in self._masters:
             await master.aclose()
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 from redlease.compat import AuthenticationErrors, TimeoutErrors
 from redlease.core.lease import drift_ms
@@ -67,6 +68,14 @@ def reconnect_pause(failures: int) -> float:
     first, longest = RECONNECT_PAUSES_S
     doublings = min(max(failures - 1, 0), 32)  # past the longest anyway; 2**1024 overflows
     return min(first * float(2**doublings), longest)
+
+
+def counted(replies: list[Any], decided: Callable[[object], bool] | None) -> int:
+    """How many replies of a fan-out round count towards ``enough``: those that passed
+    ``decided``, or else every answer."""
+    if decided is not None:
+        return sum(1 for reply in replies if decided(reply))
+    return sum(1 for reply in replies if reply is not None and not isinstance(reply, Exception))
 
 
 def quorum(masters: int) -> int:

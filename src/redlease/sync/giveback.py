@@ -41,7 +41,9 @@ def give_back(
         pending = [index for index, count in enumerate(answers) if count < 2]
         answered = set(pending)
         for release in releases:
-            replies = everywhere(release, pending, enough=len(pending), within=LONGEST_PAUSE_S)
+            replies = everywhere(
+                release, pending, enough=len(pending), within=LONGEST_PAUSE_S, lane="giving back"
+            )
             answered -= {
                 index
                 for index, reply in zip(pending, replies, strict=True)

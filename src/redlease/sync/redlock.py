@@ -105,6 +105,7 @@ class Redlock(Client):
         self._giving_back: set[Worker] = set()
         self._fanout = Fanout([master._scripts for master in self._masters])
         self._renewals_fanout = Fanout([master._scripts for master in self._masters])
+        self._giving_back_fanout = Fanout([master._scripts for master in self._masters])
 
     def lock(
         self,
@@ -127,7 +128,7 @@ class Redlock(Client):
         *,
         enough: int,
         within: float,
-        renewal: bool = False,
+        lane: str = "steps",
         decided: Callable[[object], bool] | None = None,
     ) -> list[Any]:
         """One script on every master (or those at ``only``) in one round trip from this
@@ -139,7 +140,11 @@ class Redlock(Client):
         masters = [self._masters[index] for index in indexes]
         for master in masters:
             master._on_this_loop()
-        fanout = self._renewals_fanout if renewal else self._fanout
+        fanout = {
+            "steps": self._fanout,
+            "renewals": self._renewals_fanout,
+            "giving back": self._giving_back_fanout,
+        }[lane]
         replies = fanout.run(op, indexes, enough=enough, within=within, decided=decided)
         return [
             refused(op, reply) if isinstance(reply, ResponseErrors) else reply for reply in replies
@@ -171,7 +176,9 @@ class Redlock(Client):
         batches = renewal_calls(due)
         deadline = min(lease.expires_at for lease in due)
         replies = [
-            self._everywhere(op, enough=self._quorum, within=deadline - self._clock(), renewal=True)
+            self._everywhere(
+                op, enough=self._quorum, within=deadline - self._clock(), lane="renewals"
+            )
             for _, op in batches
         ]
         per_master = [
@@ -199,6 +206,7 @@ class Redlock(Client):
         self._renewer.stop()
         self._fanout.close()
         self._renewals_fanout.close()
+        self._giving_back_fanout.close()
         for master in self._masters:
             master.close()
 
