@@ -31,6 +31,16 @@ def _driver(db: object) -> str:
     return type(db).__module__.split(".")[0]
 
 
+def _counts_changed_rows(cursor: object) -> bool:
+    """Whether the driver reports changed rather than matched rows (MySQL's family), told by
+    the module of the cursor's type or, for a wrapper's cursor, of its DB-API ``connection``."""
+    return any(
+        _driver(db) in CHANGED_ROWS_DRIVERS
+        for db in (cursor, getattr(cursor, "connection", None))
+        if db is not None
+    )
+
+
 def paramstyle_of(db: object) -> str:
     """The DB-API paramstyle of the driver that made ``db`` (a connection or a cursor)."""
     module = sys.modules.get(_driver(db))
@@ -147,15 +157,15 @@ class SqlGuard:
 
     def _explain_no_change(self, cursor: Any, style: str, holder: Fenced, row_id: object) -> None:
         """No row changed: the row is missing, or the fence refused the write, or (MySQL,
-        which counts changed rather than matched rows) it was accepted but changed nothing.
-        The last is told by the row itself holding this holder's fence and owner, whatever
-        the driver (a pool's or a wrapper's cursor hides which one it is).
+        which counts changed rather than matched rows) it was accepted but changed nothing:
+        the row, read with a locking read, holds this holder's fence and owner. Elsewhere a
+        row showing them is an older snapshot of the transaction, never an acceptance.
 
         MySQL's row is read with a locking read: a plain one would see the transaction's
         snapshot, which can predate the newer holder's write that refused this one.
         """
         fence, owner = holder.fence, holder.token
-        counts_changed_rows = _driver(cursor) in CHANGED_ROWS_DRIVERS
+        counts_changed_rows = _counts_changed_rows(cursor)
         select = _Parameters(style)
         columns = self.fence_column + (f", {self.owner_column}" if self.owner_column else "")
         statement = (
@@ -175,9 +185,9 @@ class SqlGuard:
         resource = f"{self.table} row {self.id_column}={row_id!r}"
         newest = None if row[0] is None else int(row[0])
         same_owner = self.owner_column is None or as_text(row[1]) == owner
-        if newest == fence and same_owner:
+        if counts_changed_rows and newest == fence and same_owner:
             return  # the row already holds exactly this write: accepted, nothing to change
-        if newest is None or newest < fence:
+        if newest is None or newest < fence or (newest == fence and same_owner):
             newest = None  # an older snapshot, or a NULL fence (declare it NOT NULL DEFAULT 0)
         reused = newest == fence and not same_owner
         raise FenceRejected(resource, fence, newest, lock=holder.name, reused=reused)
