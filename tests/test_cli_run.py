@@ -314,15 +314,27 @@ def gone_within(pid: int, seconds: float) -> bool:
     return not pid_alive(pid)
 
 
-@pytest.mark.parametrize("stopped_by", ["lost lease", "SIGTERM to run", "lost lease, stderr full"])
+@pytest.mark.parametrize(
+    "stopped_by",
+    [
+        "lost lease",
+        "SIGTERM to run",
+        "lost lease, stderr full",
+        "lost lease, grandchild deaf to SIGTERM",
+        "SIGTERM to run, grandchild deaf to SIGTERM",
+    ],
+)
 def test_the_whole_command_is_stopped_not_only_its_shell(redlease_url, name, tmp_path, stopped_by):
-    """A shell command's own children are stopped with it: the lock is released only after,
-    so no part of the job goes on unprotected (the first line of the shell is a child of
-    the shell, not the shell itself)."""
+    """A shell command's own children are stopped with it: run exits (and releases the
+    lock) only once none of them runs, so no part of the job goes on unprotected (the
+    first line of the shell is a child of the shell, not the shell itself); one deaf to
+    SIGTERM gets the SIGKILL after --grace."""
     ready = tmp_path / "ready"
+    deaf = "deaf" in stopped_by
     worker = (
-        f"import os, pathlib, time; pathlib.Path({str(ready)!r}).write_text(str(os.getpid())); "
-        "time.sleep(60)"
+        "import os, pathlib, signal, time; "
+        + ("signal.signal(signal.SIGTERM, signal.SIG_IGN); " if deaf else "")
+        + f"pathlib.Path({str(ready)!r}).write_text(str(os.getpid())); time.sleep(60)"
     )
     shell = f"{sys.executable} -c {shlex.quote(worker)}; echo after"
     stderr_to = open("/dev/full", "w") if "full" in stopped_by else subprocess.PIPE
@@ -339,20 +351,20 @@ def test_the_whole_command_is_stopped_not_only_its_shell(redlease_url, name, tmp
         while not ready.read_text():
             time.sleep(0.02)
         grandchild = int(ready.read_text())
-        if stopped_by == "SIGTERM to run":
+        if stopped_by.startswith("SIGTERM to run"):
             run.send_signal(signal.SIGTERM)
         else:
             with redis.Redis.from_url(redlease_url) as client:
                 assert client.delete(f"redlease:{{{name}}}") == 1
         run.wait(RUN_TIMEOUT)
-        assert gone_within(grandchild, 2), "the shell's child outlived run"
+        assert gone_within(grandchild, 0.5), "the shell's child outlived run"
     finally:
         if stderr_to is not subprocess.PIPE:
             stderr_to.close()
         if run.poll() is None:
             run.kill()
             run.wait()
-    expected = 128 + signal.SIGTERM if stopped_by == "SIGTERM to run" else 75
+    expected = 128 + signal.SIGTERM if stopped_by.startswith("SIGTERM to run") else 75
     assert run.returncode == expected
 
 

@@ -39,6 +39,7 @@ TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGHUP)
 """Signals a terminal sends to its whole foreground process group, the child included."""
 IDLE_CHECK = 1.0
 KILL_WAIT = 10.0
+GROUP_POLL = 0.05
 RELEASE_AFTER_LOSS = 1.0
 """How long `run` tries to give back a lease already lost before exiting anyway: the lease
 has ended (or ends within the drift allowance), so the release saves nothing."""
@@ -216,8 +217,25 @@ class Supervisor:
                 )
                 deadline = time.monotonic() + self.args.grace
                 kill_at = deadline if kill_at is None else min(kill_at, deadline)
+        if self.own_group and kill_at is not None:
+            self._end_group(child.pid, kill_at)
         code = child.returncode
         return 128 - code if code < 0 else code
+
+    def _end_group(self, group: int, kill_at: float) -> None:
+        """Once run has signalled the job, the rest of its group (a grandchild deaf to the
+        signal, or a shell's ``&`` job) has until the SIGKILL too: the lock is not given up
+        while any of it runs."""
+        while _group_alive(group) and time.monotonic() < kill_at:
+            time.sleep(GROUP_POLL)
+        if not _group_alive(group):
+            return
+        with suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGKILL)
+        say(f"part of the command still ran after {self.args.grace:g} s; sent it SIGKILL")
+        deadline = time.monotonic() + KILL_WAIT
+        while _group_alive(group) and time.monotonic() < deadline:
+            time.sleep(GROUP_POLL)
 
     def _signal(self, child: subprocess.Popen[bytes], signum: int) -> None:
         """To the child's process group when it has its own (its children too), else to it."""
@@ -248,6 +266,16 @@ class Supervisor:
         why = f"{outcome[0]}" if outcome else f"no answer within {RELEASE_AFTER_LOSS:g} s"
         say(f"could not release {self.lock.name!r} ({why}); the lease runs out by itself")
         return None
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # a member that changed its user: still there
+        return True
+    return True
 
 
 def release_quietly(lock: Lock) -> None:
