@@ -31,6 +31,19 @@ class Reconnects:
     def began(self, index: int, now: float) -> None:
         self._began[index] = now
 
+    def round_end(self, ends: float, unconnected: list[int], now: float) -> float:
+        """When a round over targets of which ``unconnected`` have no connection stops
+        waiting: at ``ends``, or once a target among them that refused, and is left alone
+        for now, may be tried again (a round that lacks a majority without it then ends,
+        and the next one has it: a master back from a restart is not kept out by a silent
+        one for the whole round)."""
+        back = [
+            self._quiet_until[index]
+            for index in unconnected
+            if self._refused[index] and not self.may_try(index, now)
+        ]
+        return min([ends, *back])
+
     def answers_at_once(self, index: int) -> bool:
         """Whether the target's last opening was refused (its next one ends at once)."""
         return self._refused[index]

@@ -151,6 +151,11 @@ class Fanout:
             if index in self._clustered:  # it routes by itself
                 replies[at] = _alone(self._targets[index], op)
         kept = [self._connections[index] is not None for index in indexes]
+        unconnected = [index for index in indexes if self._connections[index] is None]
+        for index in unconnected:
+            if isinstance(self._opened(index), BaseException):  # an earlier round's try
+                self._take_opened(index)
+        ends = self._reconnects.round_end(ends, unconnected, time.monotonic())
         self._connect(indexes, replies, enough, ends)
         command = ("EVALSHA", op.script.sha, len(op.keys), *op.keys, *op.args)
         source = op.script.source
@@ -193,8 +198,6 @@ class Fanout:
         patience = 0.0
         for at in missing:
             index = indexes[at]
-            if isinstance(self._opened(index), BaseException):  # an earlier round's try
-                self._take_opened(index)
             if self._openings[index] is None and self._reconnects.may_try(index, now):
                 client: Any = self._targets[index].client
                 self._openings[index] = start_opening(client.connection_pool, ends - now)
