@@ -134,6 +134,7 @@ def silent_server() -> Iterator[str]:
         (["--ttl", "0"], 64, "--ttl"),
         (["--ttl", "0.0001"], 64, "--ttl"),
         (["--ttl", "1e12"], 64, "--ttl"),
+        (["--hold", "1e10"], 64, "--hold"),
         (["--fault-every", "-1"], 64, "--fault-every"),
         (["--nope"], 64, "--nope"),
     ],
@@ -185,6 +186,23 @@ def test_a_logs_directory_that_cannot_be_written_is_refused_before_any_work(
     assert done.returncode == 64, done.stderr
     assert "/proc" in _one_line(done)
     assert time.monotonic() - started < 15  # refused, not run
+
+
+@pytest.mark.parametrize("tool", ["chaos", "soak"])
+def test_an_earlier_runs_file_that_cannot_be_removed_is_one_line(
+    tool: str, redlease_url: str, tmp_path: Path
+) -> None:
+    """A stop file of an earlier run that is no file (or another user's): one line that
+    names it, exit 70, never a traceback."""
+    stale = tmp_path / ("pexpire.stop" if tool == "chaos" else "stop")
+    stale.mkdir()
+    if tool == "chaos":
+        done = _chaos("pexpire", "--quick", "--url", redlease_url, "--logs", str(tmp_path))
+    else:
+        done = _run([*SOAK, "--workers", "1", "--url", redlease_url, "--logs", str(tmp_path)])
+    assert done.returncode == 70, done.stderr
+    assert "Traceback" not in done.stderr
+    assert str(stale) in done.stderr
 
 
 def test_a_soak_in_a_reused_logs_directory_reports_this_run_only(

@@ -25,7 +25,7 @@ import redis
 
 from redlease.chaos.checks import read_logs, verdict
 from redlease.chaos.detection import ExpiryWatch, measure, summarize
-from redlease.chaos.errors import ChaosError
+from redlease.chaos.errors import ChaosError, remove_earlier
 from redlease.chaos.fault import Fault
 from redlease.chaos.probes import FLAVOURS, probe_name
 from redlease.chaos.settings import Settings
@@ -56,7 +56,7 @@ class Run:
         self.prefix = f"redlease-chaos-{fault.name}-{secrets.token_hex(4)}"
         self.lease_key = LockKeys(LOCK_NAME, self.prefix).lease
         self.stop_file = directory / f"{fault.name}.stop"
-        self.stop_file.unlink(missing_ok=True)  # an earlier run's, in a reused --logs directory
+        remove_earlier(self.stop_file)
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
         self.tails: dict[str, LogTail] = {}
         self.probed: set[str] = set()
@@ -86,7 +86,7 @@ class Run:
     def spawn(self) -> str:
         worker = f"w{len(self.workers) + 1}"
         log = self.directory / f"{self.fault.name}-{worker}.jsonl"
-        log.unlink(missing_ok=True)  # the worker appends: an earlier run's would be read too
+        remove_earlier(log)
         probe_url = self.target.probe_url(worker) if self.fault.detects else None
         command = [
             *self.target.wrap(worker),

@@ -42,7 +42,14 @@ from redlease.chaos.errors import ChaosError
 from redlease.chaos.interrupt import stop_signals
 from redlease.chaos.soak_run import Soak
 from redlease.chaos.soak_settings import SoakSettings, Target, private_target
-from redlease.commands.common import URL_ONLY_HINT, ExitCode, UsageError, reach, writable_directory
+from redlease.commands.common import (
+    SECONDS_MAX,
+    URL_ONLY_HINT,
+    ExitCode,
+    UsageError,
+    reach,
+    writable_directory,
+)
 from redlease.errors import InvalidArgument, ServerUnavailable
 from redlease.keys import ttl_to_ms
 from redlease.urls import from_url
@@ -143,8 +150,11 @@ def _settings(args: argparse.Namespace) -> SoakSettings:
     except InvalidArgument as error:
         raise UsageError(str(error)) from error
     for option in ("fault_every", "hold"):
-        if not 0 <= getattr(args, option) < math.inf:
-            raise UsageError(f"--{option.replace('_', '-')} must be a number of seconds, 0 or more")
+        if not 0 <= getattr(args, option) <= SECONDS_MAX:
+            raise UsageError(
+                f"--{option.replace('_', '-')} must be a number of seconds, 0 or more, "
+                f"at most {SECONDS_MAX:g}"
+            )
     return SoakSettings(
         workers=args.workers,
         acquisitions=args.acquisitions,

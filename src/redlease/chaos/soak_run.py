@@ -22,6 +22,7 @@ from typing import Any
 
 import redis
 
+from redlease.chaos.errors import remove_earlier
 from redlease.chaos.soak_board import HOLDING, Board, resources
 from redlease.chaos.soak_checks import (
     Injection,
@@ -70,7 +71,7 @@ class Soak:
         self.random = random.Random(settings.seed)
         self.board = Board(directory / "board.bin", settings.workers, create=True)
         self.stop_file = directory / "stop"
-        self.stop_file.unlink(missing_ok=True)  # an earlier run's, in a reused --logs directory
+        remove_earlier(self.stop_file)
         self.slots: list[Slot] = []
         self.logs: list[Path] = []
         self.injections: list[Injection] = []
@@ -85,7 +86,7 @@ class Soak:
         s = self.settings
         worker = f"w{index:02d}.{incarnation}"
         log = self.directory / f"{worker}.jsonl"
-        log.unlink(missing_ok=True)  # the worker appends: an earlier run's would be read too
+        remove_earlier(log)
         command = [
             sys.executable, "-m", "redlease.chaos.soak_worker",
             "--lock-url", self.target.lock_url, "--data-url", self.target.data_url,

@@ -26,7 +26,7 @@ from typing import Any
 import redis
 
 from redlease.chaos.detection import ExpiryWatch
-from redlease.chaos.errors import ChaosError, WaiterFailed
+from redlease.chaos.errors import ChaosError, WaiterFailed, remove_earlier
 from redlease.chaos.fault import target_of
 from redlease.chaos.harness import FORGET_WITHIN_S, forget_when_back
 from redlease.chaos.probes import FLAVOURS
@@ -187,7 +187,7 @@ class WakeRun:
 
     def _spawn(self, flavour: str) -> str:
         log = self.directory / f"{self.scenario.name}-{flavour}.jsonl"
-        log.unlink(missing_ok=True)  # the waiter appends: an earlier run's would be read too
+        remove_earlier(log)
         command = [
             sys.executable, "-m", "redlease.chaos.waiter",
             *self.target.lock_args(flavour),
