@@ -472,6 +472,7 @@ def test_a_command_that_does_not_exist_exits_127(redlease_url, name):
         pytest.param(["run", "orders", "--ttl", "0.001", "--", "true"], id="ttl-below-10-ms"),
         pytest.param(["top", "--once", "--interval", "9.3e9"], id="interval-past-clocks"),
         pytest.param(["demo", "watchdog", "--ttl", "0.001"], id="demo-ttl-below-10-ms"),
+        pytest.param(["demo", "watchdog", "--ttl", "0.05"], id="demo-ttl-below-its-floor"),
     ],
 )
 def test_usage_mistakes_exit_64(redlease_url, args):

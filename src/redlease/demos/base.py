@@ -31,6 +31,7 @@ __all__ = [
     "DemoFailed",
     "ExitCode",
     "add_options",
+    "at_least",
     "at_most",
     "finish",
     "non_negative_float",
@@ -74,6 +75,18 @@ def at_most(kind: Callable[[str], N], limit: N, unit: str) -> Callable[[str], N]
         value = kind(text)
         if value > limit:
             raise argparse.ArgumentTypeError(f"at most {limit:g} {unit}, got {text}")
+        return value
+
+    return parse
+
+
+def at_least(kind: Callable[[str], N], floor: N, unit: str) -> Callable[[str], N]:
+    """The ``argparse`` type ``kind``, refusing values under ``floor`` (counted in ``unit``)."""
+
+    def parse(text: str) -> N:
+        value = kind(text)
+        if value < floor:
+            raise argparse.ArgumentTypeError(f"at least {floor:g} {unit}, got {text}")
         return value
 
     return parse

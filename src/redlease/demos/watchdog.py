@@ -22,7 +22,7 @@ import redis
 from redlease.commands.common import lease_ttl, positive_float
 from redlease.core.claims import split_lease_value
 from redlease.core.lease import Lease
-from redlease.demos.base import at_most, option, switch
+from redlease.demos.base import at_least, at_most, option, switch
 from redlease.demos.crew import Event, Worker
 from redlease.demos.display import SILENT, Progress, Stage, rows_of, summary_table
 from redlease.demos.namespace import Plan, as_text
@@ -45,13 +45,21 @@ START_WAIT = 30.0
 STOP_GRACE = 15.0
 PROGRESS_STEPS = 100
 MAX_JOB_SECONDS = 600.0
+MIN_TTL_S = 0.1
+"""Shorter leases lose their renewals to scheduling on a busy machine: the demo would show
+the machine, not the lock."""
 
 
 @dataclass(frozen=True)
 class WatchdogSettings:
     """The options of ``redlease demo watchdog``, one field each."""
 
-    ttl: float = option(1.0, lease_ttl, "S", "the lease's TTL in seconds (default: %(default)s)")
+    ttl: float = option(
+        1.0,
+        at_least(lease_ttl, MIN_TTL_S, "s"),
+        "S",
+        "the lease's TTL in seconds, at least 0.1 (default: %(default)s)",
+    )
     job_seconds: float = option(
         3.5,
         at_most(positive_float, MAX_JOB_SECONDS, "s"),
