@@ -188,13 +188,22 @@ def test_a_logs_directory_that_cannot_be_written_is_refused_before_any_work(
     assert time.monotonic() - started < 15  # refused, not run
 
 
-@pytest.mark.parametrize("tool", ["chaos", "soak"])
+@pytest.mark.parametrize(
+    ("tool", "left"),
+    [
+        ("chaos", "pexpire.stop"),
+        ("chaos", "pexpire-w1.err"),
+        ("soak", "stop"),
+        ("soak", "w00.0.err"),
+        ("soak", "board.bin"),
+    ],
+)
 def test_an_earlier_runs_file_that_cannot_be_removed_is_one_line(
-    tool: str, redlease_url: str, tmp_path: Path
+    tool: str, left: str, redlease_url: str, tmp_path: Path
 ) -> None:
-    """A stop file of an earlier run that is no file (or another user's): one line that
-    names it, exit 70, never a traceback."""
-    stale = tmp_path / ("pexpire.stop" if tool == "chaos" else "stop")
+    """A file of an earlier run that is no file (or another user's): one line that names
+    it, exit 70, never a traceback."""
+    stale = tmp_path / left
     stale.mkdir()
     if tool == "chaos":
         done = _chaos("pexpire", "--quick", "--url", redlease_url, "--logs", str(tmp_path))

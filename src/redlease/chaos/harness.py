@@ -106,7 +106,9 @@ class Run:
         ]  # fmt: skip
         if probe_url:
             self.probed.add(worker)
-        with (self.directory / f"{self.fault.name}-{worker}.err").open("wb") as errors:
+        errors_path = self.directory / f"{self.fault.name}-{worker}.err"
+        remove_earlier(errors_path)
+        with errors_path.open("wb") as errors:
             self.workers[worker] = subprocess.Popen(
                 command,
                 stdin=subprocess.DEVNULL,

@@ -69,6 +69,7 @@ class Soak:
         self.prefix = f"redlease-soak-{secrets.token_hex(4)}"
         self.names = lock_names(settings.names)
         self.random = random.Random(settings.seed)
+        remove_earlier(directory / "board.bin")
         self.board = Board(directory / "board.bin", settings.workers, create=True)
         self.stop_file = directory / "stop"
         remove_earlier(self.stop_file)
@@ -99,7 +100,9 @@ class Soak:
             "--board", str(self.directory / "board.bin"), "--log", str(log),
             "--seed", str(self.random.getrandbits(32)),
         ]  # fmt: skip
-        with (self.directory / f"{worker}.err").open("wb") as errors:
+        errors_path = self.directory / f"{worker}.err"
+        remove_earlier(errors_path)
+        with errors_path.open("wb") as errors:
             process = subprocess.Popen(
                 command,
                 stdin=subprocess.DEVNULL,

@@ -194,7 +194,9 @@ class WakeRun:
             "--prefix", self.prefix, "--name", LOCK_NAME,
             "--flavour", flavour, "--worker", flavour, "--log", str(log),
         ]  # fmt: skip
-        with (self.directory / f"{self.scenario.name}-{flavour}.err").open("wb") as errors:
+        errors_path = self.directory / f"{self.scenario.name}-{flavour}.err"
+        remove_earlier(errors_path)
+        with errors_path.open("wb") as errors:
             self.processes[flavour] = subprocess.Popen(
                 command,
                 stdin=subprocess.PIPE,
