@@ -177,6 +177,7 @@ class AsyncFanout:
             )
         for at, index in enumerate(indexes):
             if isinstance(replies[at], Exception):
+                self._reconnects.dropped(index, replies[at])
                 await self._drop(index)
         stale = [
             index

@@ -53,6 +53,12 @@ class Reconnects:
         self._refused[index] = isinstance(error, ConnectionErrors)
         self._quiet_until[index] = self._began[index] + reconnect_pause(self._failures[index])
 
+    def dropped(self, index: int, error: BaseException) -> None:
+        """A target's connection failed: closed or reset by its side (a master killed, or
+        restarting) answers the next opening at once, like a refusal."""
+        if isinstance(error, ConnectionErrors):
+            self._refused[index] = True
+
     def opened(self, index: int) -> None:
         self._failures[index] = 0
         self._refused[index] = False

@@ -174,6 +174,7 @@ class Fanout:
             self._exchange(command, indexes, replies, left, ends, decided=decided, source=source)
         for at, index in enumerate(indexes):
             if isinstance(replies[at], Exception):
+                self._reconnects.dropped(index, replies[at])
                 self._drop(index)
         stale = [
             index
