@@ -264,6 +264,19 @@ def token_in(value: Any) -> Any:
     return token if separator and fence.isdigit() else value
 
 
+def replicas_caught_up(master: redis.Redis, near: str, replicas: int, timeout_ms: int) -> int:
+    """How many replicas confirm, within ``timeout_ms``, everything ``master`` wrote so far.
+
+    ``WAIT`` counts its own connection's writes: on one that wrote nothing it answers at once
+    with every connected replica, however far behind. A write first (a marker in ``near``'s
+    cluster slot, deleted again) makes it wait for all the writes before it.
+    """
+    marker = f"{near}:caught-up"
+    master.set(marker, "")
+    master.delete(marker)
+    return int(master.wait(replicas, timeout_ms))
+
+
 @pytest.fixture
 def prefix() -> str:
     return f"t{uuid.uuid4().hex[:12]}"

@@ -21,7 +21,14 @@ import redis
 import redis.asyncio.sentinel
 import redis.sentinel
 
-from conftest import allowing, eventually, held_with_a_waiter, renewing_ttl, token_in
+from conftest import (
+    allowing,
+    eventually,
+    held_with_a_waiter,
+    renewing_ttl,
+    replicas_caught_up,
+    token_in,
+)
 from redlease import NotReplicated, ReleaseOutcome
 from redlease.topology import LocalSentinel
 
@@ -39,13 +46,14 @@ def master_value(topology: LocalSentinel, key: str) -> str | None:
 
 
 def replicated_everywhere(topology: LocalSentinel) -> None:
-    """Wait until every replica has what the master wrote so far (``WAIT``): the test is
+    """Wait until every replica has what the master wrote so far: the test is
     about a grant that reached the replicas; one lost to replication lag is another test's
     subject (``replicas=1`` narrows that window, see guarantees.md)."""
     host, port = topology.master_address()
     with redis.Redis(host=host, port=port) as master:
         replicas = int(master.info("replication")["connected_slaves"])
-        assert master.wait(replicas, 5000) >= replicas, "the replicas did not catch up in 5 s"
+        caught_up = replicas_caught_up(master, "sentinel-test", replicas, 5000)
+        assert caught_up >= replicas, "the replicas did not catch up in 5 s"
 
 
 @pytest_asyncio.fixture
