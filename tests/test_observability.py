@@ -203,6 +203,24 @@ async def test_a_downgrade_reports_the_write_released_and_a_read_acquired(
         assert [link.context.span_id for link in release.links] == [acquires[kind].context.span_id]
 
 
+async def test_a_downgraded_read_lease_is_held_from_the_downgrade(make_locks, registry, flavor):
+    """Its hold time counted from the write grant: the write's hold was reported twice."""
+    locks = await make_locks(hooks=PrometheusHooks(registry))
+    rw = (locks.locks if flavor == "sync" else locks).rw_lock("catalogue", ttl=5)
+    write = SyncLockAdapter(locks, rw.write) if flavor == "sync" else rw.write
+    read = SyncLockAdapter(locks, rw.read) if flavor == "sync" else rw.read
+    await write.acquire()
+    await asyncio.sleep(0.5)
+    if flavor == "sync":
+        await locks.run(rw.write.downgrade)
+    else:
+        await rw.write.downgrade()
+    await read.release()
+    assert sample(registry, "redlease_hold_seconds_sum", kind="write") >= 0.5
+    assert sample(registry, "redlease_hold_seconds_count", kind="read") == 1
+    assert sample(registry, "redlease_hold_seconds_sum", kind="read") < 0.25
+
+
 async def test_a_downgrade_that_finds_the_write_lease_ended_is_counted_released_and_lost(
     make_locks, registry, server, prefix, flavor
 ):
@@ -221,6 +239,24 @@ async def test_a_downgrade_that_finds_the_write_lease_ended_is_counted_released_
     assert sample(registry, "redlease_held", kind="write") == 0
     assert sample(registry, "redlease_release_total", kind="write", outcome="expired") == 1
     assert await eventually(lambda: sample(registry, "redlease_lost_total", kind="write") == 1)
+
+
+@pytest.mark.timeout(30)
+async def test_a_lease_lost_at_its_deadline_with_the_server_down_is_a_lost_renewal(
+    make_locks, registry, redlease_servers_factory
+):
+    """With the server killed no renewal is answered and the worker reports the lease lost at
+    its local deadline: that loss was counted in ``redlease_lost_total`` but not in
+    ``redlease_renewals_total{outcome="lost"}`` (a paused server's was)."""
+    (server,) = redlease_servers_factory(1)
+    locks = await make_locks(server.url, hooks=PrometheusHooks(registry))
+    lease = await locks.lock("feed", ttl=1, renew=True).acquire()
+    server.kill()
+    assert await eventually(lambda: lease.lost, 5)
+    assert await eventually(lambda: sample(registry, "redlease_lost_total", kind="lock") == 1)
+    assert await eventually(lambda: sample(registry, "redlease_renewals_total", outcome="lost"))
+    await asyncio.sleep(0.3)
+    assert sample(registry, "redlease_renewals_total", outcome="lost") == 1
 
 
 @pytest.mark.timeout(30)
@@ -257,6 +293,32 @@ def test_a_multi_lock_holds_one_lease_per_part(redlease_url, prefix, registry):
     assert sample(registry, "redlease_acquire_total", **acquired) == 1
     released = {"kind": "multi", "outcome": "released", "name": "a"}
     assert sample(registry, "redlease_release_total", **released) == 3
+
+
+@pytest.mark.parametrize("mapping", ["split", "lookup"])
+def test_a_multi_lock_over_names_of_different_labels_holds_each_under_its_own(
+    redlease_url, prefix, registry, mapping
+):
+    """``name_label`` used to get the joined name (``orders:1+users:2``): the gauge showed
+    both parts under ``orders``, and a lookup of real names raised and counted nothing."""
+    groups = {"orders:1": "orders", "users:2": "users"}
+    name_label = (lambda name: name.split(":", 1)[0]) if mapping == "split" else groups.__getitem__
+    hooks = PrometheusHooks(registry, name_label=name_label)
+    with redlease.Locks(redlease_url, prefix=prefix, hooks=hooks) as locks:
+        with locks.multi_lock(["users:2", "orders:1"]):
+            assert sample(registry, "redlease_held", kind="multi", name="orders") == 1
+            assert sample(registry, "redlease_held", kind="multi", name="users") == 1
+        with pytest.raises(redlease.LockTimeout), locks.multi_lock(["orders:1", "users:2"]):
+            with locks.multi_lock(["orders:1", "users:2"], owner="other", timeout=0.05):
+                pass
+    acquired = {"kind": "multi", "outcome": "acquired", "name": "orders+users"}
+    assert sample(registry, "redlease_acquire_total", **acquired) == 2
+    timeouts = {"kind": "multi", "outcome": "timeout", "name": "orders+users"}
+    assert sample(registry, "redlease_acquire_total", **timeouts) == 1
+    for name in ("orders", "users"):
+        assert sample(registry, "redlease_held", kind="multi", name=name) == 0
+        released = {"kind": "multi", "outcome": "released", "name": name}
+        assert sample(registry, "redlease_release_total", **released) == 2
 
 
 async def test_names_are_labels_only_through_name_label(make_locks, registry):
@@ -404,6 +466,34 @@ async def test_every_part_of_a_multi_lock_links_to_its_acquire_span(
     assert sorted(span.attributes["redlease.name"] for span in releases) == ["a", "b"]  # type: ignore[index]
     for release in releases:
         assert [link.context.span_id for link in release.links] == [acquire.context.span_id]
+
+
+@pytest.mark.timeout(30)
+async def test_a_lease_the_worker_finds_lost_is_not_traced_inside_an_earlier_request(
+    redlease_url, prefix, server, exporter, tracer_provider
+):
+    """The asyncio renewal worker, started inside one request's span, filed every later
+    lost span under that request's trace."""
+    tracer = tracer_provider.get_tracer("test")
+    hooks = OpenTelemetryHooks(tracer_provider)
+    async with redlease.AsyncLocks(redlease_url, prefix=prefix, hooks=hooks) as locks:
+        with tracer.start_as_current_span("request-1"):
+            async with locks.lock("first", ttl=1, renew=True):
+                pass
+        later = locks.lock("later", ttl=1, renew=True)
+        with tracer.start_as_current_span("request-2"):
+            lease = await later.acquire()
+        server.delete(later.keys.lease)
+        assert await eventually(lambda: spans(exporter, "redlease.lost"), 5)
+        assert lease.lost
+    (lost,) = spans(exporter, "redlease.lost")
+    assert lost.parent is None
+    (acquire,) = [
+        span
+        for span in spans(exporter, "redlease.acquire")
+        if span.attributes and span.attributes["redlease.name"] == "later"
+    ]
+    assert [link.context.span_id for link in lost.links] == [acquire.context.span_id]
 
 
 async def test_timeout_is_an_outcome_not_an_error(make_locks, exporter, tracer_provider):

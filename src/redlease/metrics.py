@@ -189,19 +189,30 @@ class PrometheusHooks(Hooks):
             return values
         return (*values, str(self.name_label(name)))
 
+    def _acquisition_labels(self, event: AcquireEvent, *values: str) -> tuple[str, ...]:
+        """A multi-lock is one acquisition: its names' labels, each once, joined by ``+``
+        (``orders+users``); ``name_label`` only ever sees real lock names."""
+        if self.name_label is None:
+            return values
+        named = sorted({str(self.name_label(name)) for name in event.names})
+        return (*values, "+".join(named))
+
     def acquire_finished(self, context: Any, event: AcquireEvent) -> None:
         metrics = self._metrics
-        metrics.acquire_total.labels(*self._labels(event.name, event.kind, event.outcome)).inc()
+        metrics.acquire_total.labels(
+            *self._acquisition_labels(event, event.kind, event.outcome)
+        ).inc()
         if event.outcome != ACQUIRED:
             return
-        labels = self._labels(event.name, event.kind)
-        metrics.acquire_wait.labels(*labels).observe(max(event.wait_seconds, 0.0))
-        if event.leases:
-            with self._guard:
-                for lease in event.leases:
-                    self._kinds[lease] = (event.kind, labels)
-                    self._held.add(lease)
-            metrics.held.labels(*labels).inc(len(event.leases))
+        wait = metrics.acquire_wait.labels(*self._acquisition_labels(event, event.kind))
+        wait.observe(max(event.wait_seconds, 0.0))
+        held = [(lease, self._labels(lease.name, event.kind)) for lease in event.leases]
+        with self._guard:
+            for lease, labels in held:
+                self._kinds[lease] = (event.kind, labels)
+                self._held.add(lease)
+        for _, labels in held:
+            metrics.held.labels(*labels).inc()
 
     def released(
         self, lease: Lease, kind: str, outcome: ReleaseOutcome, hold_seconds: float

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import inspect
 import logging
@@ -266,10 +267,15 @@ def prepare_pubsub(connection: Any) -> None:
 
 
 class Worker:
-    """A background task running one loop; stopping cancels it and waits for the end."""
+    """A background task running one loop; stopping cancels it and waits for the end.
+
+    The task starts in an empty context, as a thread does: it serves every later caller,
+    so it must not carry the context variables (a tracing span) of whichever started it.
+    """
 
     def __init__(self, loop: Callable[[], Awaitable[None]], name: str) -> None:
-        self._task = asyncio.get_running_loop().create_task(_logged(loop, name), name=name)
+        create_task = asyncio.get_running_loop().create_task
+        self._task = contextvars.Context().run(create_task, _logged(loop, name), name=name)
 
     def alive(self) -> bool:
         return not self._task.done()

@@ -50,6 +50,8 @@ class LeasedBase(Generic[LocksT]):
         self._locks = locks
         self.keys = locks._keys_for(name)
         self.name = self.keys.name
+        self._names: tuple[str, ...] = (self.name,)
+        """The lock names it takes (a multi-lock's are several)."""
         self._ttl_ms = DEFAULT_TTL_MS if ttl is None else ttl_to_ms(ttl)
         self._renew = ttl is None if renew is None else bool(renew)
         self._timeout = WAIT_FOREVER if timeout is None else check_timeout(timeout)
@@ -86,7 +88,7 @@ class LeasedBase(Generic[LocksT]):
     def _report_failure(self, error: BaseException) -> None:
         """An acquisition that failed before it could begin (the server was unreachable)."""
         context = self._locks._hooks.acquire_started(self.name, self._kind)
-        event = AcquireEvent(self.name, self._kind, ERROR, 0.0, None, error)
+        event = AcquireEvent(self.name, self._kind, ERROR, 0.0, None, error, names=self._names)
         self._locks._hooks.acquire_finished(context, event)
 
     def _observe(
@@ -101,7 +103,7 @@ class LeasedBase(Generic[LocksT]):
         if is_silent(hooks):
             return
         wait = self._locks._clock() - request.started_at
-        event = AcquireEvent(self.name, self._kind, outcome, wait, lease, error, parts)
+        event = AcquireEvent(self.name, self._kind, outcome, wait, lease, error, parts, self._names)
         hooks.acquire_finished(request.observation, event)
 
     def _lease(self, owner: Owner, grant: Grant) -> Lease:
@@ -143,7 +145,7 @@ class LeasedBase(Generic[LocksT]):
         outcome = ReleaseOutcome.RELEASED if reason is None else ReleaseOutcome.EXPIRED
         hooks = self._locks._hooks
         if not is_silent(hooks):
-            hooks.released(lease, self._kind, outcome, self._locks._clock() - lease.acquired_at)
+            hooks.released(lease, self._kind, outcome, lease._held_for())
         return outcome, [] if reason is None or pending else lease._mark_lost(reason)
 
     def _finish_extend(

@@ -129,6 +129,7 @@ class WriteLockBase(LockBase[LocksT]):
             expires_at=lease.expires_at,
             _renewing=lease._renewing,
             _clock=lease._clock,
+            _held_since=lease._clock(),
         )
         self._locks._adopt(read, self.keys.lease + READ)
         self._downgraded.add(read.token)
@@ -143,7 +144,7 @@ class WriteLockBase(LockBase[LocksT]):
         if is_silent(hooks):
             return
         outcome = ReleaseOutcome.EXPIRED if read is None else ReleaseOutcome.RELEASED
-        hooks.released(write, self._kind, outcome, self._locks._clock() - write.acquired_at)
+        hooks.released(write, self._kind, outcome, write._held_for())
         if read is None:
             return
         context = hooks.acquire_started(self.name, ReadLockBase._kind)
@@ -210,8 +211,7 @@ class MultiLockBase(LeasedBase[LocksT]):
             raise InvalidArgument("a multi-lock needs at least one lock name")
         self._all_keys: list[LockKeys] = [keys[name] for name in sorted(keys)]
         super().__init__(locks, self._all_keys[0].name, **options)  # type: ignore[arg-type]
-        self._names = tuple(sorted(keys))
-        """What the client keeps this multi-lock's holdings by (a name may hold a '+')."""
+        self._names = tuple(sorted(keys))  # what the client keeps its holdings by
         self.name = "+".join(self._names)
 
     def _holding(self, owner: Hashable) -> MultiLease | None:

@@ -37,10 +37,15 @@ class AcquireEvent:
     leases: tuple[Lease, ...] = ()
     """Every lease the acquisition granted: ``(lease,)``, or a multi-lock's parts in name
     order; each is released (and may be lost) on its own."""
+    names: tuple[str, ...] = ()
+    """The lock names asked for: ``(name,)``, or a multi-lock's in name order (its ``name``
+    joins them with ``+``, a character a name may hold too)."""
 
     def __post_init__(self) -> None:
         if self.lease is not None and not self.leases:
             object.__setattr__(self, "leases", (self.lease,))
+        if not self.names:
+            object.__setattr__(self, "names", (self.name,))
 
 
 class Hooks:

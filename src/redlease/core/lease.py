@@ -89,6 +89,9 @@ class Lease:
     """How the client runs lost callbacks (the asyncio flavour schedules coroutines)."""
     _asyncio: bool = field(default=False, repr=False)
     """Whether the client runs ``async def`` callbacks (the asyncio flavour's does)."""
+    _held_since: float | None = field(default=None, repr=False)
+    """When its holder began to hold it, if not at ``acquired_at``: a read lease a
+    downgrade made keeps the write grant's timing but is held from the downgrade."""
 
     @property
     def lost(self) -> bool:
@@ -104,6 +107,11 @@ class Lease:
     @property
     def ttl(self) -> float:
         return self.ttl_ms / 1000
+
+    def _held_for(self) -> float:
+        """Seconds since its holder began to hold it (what the hooks report at release)."""
+        since = self.acquired_at if self._held_since is None else self._held_since
+        return self._clock() - since
 
     def on_lost(self, callback: LostCallback) -> None:
         """Call ``callback(lease)`` once when the lease is found lost (at once if it is)."""

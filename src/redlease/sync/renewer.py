@@ -50,8 +50,11 @@ class Renewer:
     def _run(self) -> None:
         schedule, clock = self._locks._renewals, self._locks._clock
         while not self._stopping:
-            for lease, callbacks in schedule.expire(clock()):
+            expired = schedule.expire(clock())
+            for lease, callbacks in expired:
                 self._fire(lease, callbacks)
+            if expired:  # no renewal was confirmed before their deadline: lost by the worker
+                self._locks._hooks.renewed(0, len(expired))
             wake_at = schedule.next_wakeup(clock())
             if wake_at > clock():
                 self._wakeup.wait(wake_at - clock())
