@@ -37,7 +37,7 @@ from conftest import (
     take_together,
     token_in,
 )
-from redlease import Lease, LockTimeout, ReleaseOutcome
+from redlease import Lease, LockTimeout, NotReplicated, ReleaseOutcome
 from redlease.server import EmbeddedServer, free_port
 from redlease.topology import LocalCluster
 
@@ -435,6 +435,24 @@ async def test_two_waiters_of_one_client_are_handed_the_lock_in_turn_after_a_mas
     finally:
         crashed.restart()
         await asyncio.to_thread(cluster.wait_until_ok, 20)
+
+
+async def test_a_multi_lock_across_slots_a_replica_does_not_confirm_is_not_replicated(
+    make_cluster_locks, cluster, prefix, round_trip
+):
+    """It raised the client's internal ``ReplicaShortfall``, which neither ``except
+    NotReplicated`` nor ``except LockError`` catches."""
+    locks = await make_cluster_locks(replicas=1, replica_timeout=allowing(round_trip, quiet=0.3))
+    first, second = sorted(two_names_in_different_slots(cluster, prefix))
+    (replica,) = cluster.replicas_of(cluster.master_for_key(f"{prefix}:{{{second}}}"))
+    replica.pause()
+    try:
+        with pytest.raises(NotReplicated):
+            await on_client(locks, lambda: multi_lock(locks, [first, second]).acquire(timeout=0))
+    finally:
+        replica.resume()
+    assert value_on_master(cluster, f"{prefix}:{{{first}}}") is None, "every part given back"
+    assert value_on_master(cluster, f"{prefix}:{{{second}}}") is None
 
 
 async def test_a_multi_lock_keeps_the_parts_it_holds_alive_while_it_waits_for_the_rest(

@@ -81,3 +81,30 @@ async def test_a_locks_replicas_overrides_the_clients(make_locks, pair, prefix, 
         f"{replica_timeout} s"
     )
     assert await acknowledged.lock("relaxed", replicas=0).release() is ReleaseOutcome.RELEASED
+
+
+async def test_a_multi_lock_is_rolled_back_unless_the_replicas_confirm_it(
+    make_locks, pair, prefix, round_trip, flavor
+):
+    """A multi-lock on one server is one script: it used to skip the replica check and
+    return a grant no replica had."""
+    replica_timeout = allowing(round_trip, quiet=REPLICA_TIMEOUT)
+    locks = await make_locks(pair.master.url, replicas=1, replica_timeout=replica_timeout)
+    family = locks.locks if flavor == "sync" else locks
+    multi = family.multi_lock(["ledger", "stock"], ttl=30)
+    take = (lambda: locks.run(multi.acquire, timeout=0)) if flavor == "sync" else multi.acquire
+
+    held = await (take() if flavor == "sync" else take(timeout=0))
+    tokens = {lease.name: lease.token for lease in held.leases}
+    for name in ("ledger", "stock"):
+        assert token_in(pair.on_replica.get(f"{prefix}:{{{name}}}")) == tokens[name]
+    await (locks.run(multi.release) if flavor == "sync" else multi.release())
+
+    pair.replica.pause()
+    try:
+        with pytest.raises(NotReplicated):
+            await (take() if flavor == "sync" else take(timeout=0))
+        for name in ("ledger", "stock"):
+            assert pair.on_master.get(f"{prefix}:{{{name}}}") is None, "the grant was rolled back"
+    finally:
+        pair.replica.resume()

@@ -22,6 +22,7 @@ from redlease.core.multi import multi_acquire_flow
 from redlease.core.ops import RunScript
 from redlease.core.owner import Owner
 from redlease.core.protocol import call_flow, latch_wait_flow
+from redlease.core.replication import ReplicaShortfall
 from redlease.errors import InvalidArgument, LeaseLost, LockTimeout
 from redlease.keys import ttl_to_ms
 from redlease.scripts import ScriptName
@@ -198,6 +199,11 @@ class AsyncMultiLock(MultiLockBase[AsyncEngine]):
         flow = multi_acquire_flow(claims, atomic, request, self._locks._clock)
         try:
             result = await self._locks._drive(flow)
+        except ReplicaShortfall as short:
+            error = short.rolled_back(self.name)
+            self._observe(request, ERROR, error=error)
+            await self._locks._undo(claims)
+            raise error from None
         except BaseException as exc:
             self._observe(request, ERROR, error=exc)
             await self._locks._undo(claims, exc)

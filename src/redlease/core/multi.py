@@ -28,6 +28,7 @@ from redlease.core.protocol import (
     release_flow,
     unavailable,
 )
+from redlease.core.replication import ReplicaShortfall
 from redlease.core.replies import fence_error, text_of
 from redlease.errors import WrongKeyType
 from redlease.keys import LockKeys
@@ -88,11 +89,17 @@ def _take_all_at_once(claims: list[Claim], held: _Held) -> Flow:
     keys: list[str] = []
     for claim in claims:
         keys += [claim.keys.lease, claim.keys.fence]
-    operation = RunScript(ScriptName.MULTI_ACQUIRE, keys, (claims[0].token, claims[0].ttl_ms))
+    operation = RunScript(
+        ScriptName.MULTI_ACQUIRE, keys, (claims[0].token, claims[0].ttl_ms), acks=claims[0].acks
+    )
     try:
         reply = yield operation
     except NETWORK_ERRORS as exc:  # the caller withdraws every part
         raise unavailable(claims[0].keys, "acquire", exc) from exc
+    except ReplicaShortfall as short:
+        if int(short.reply[0]) == 1:
+            raise  # the caller withdraws every part: NotReplicated
+        reply = short.reply  # a refusal wrote nothing to confirm
     status = int(reply[0])
     if status == 1:
         return [held.fences.get(i) or int(f) for i, f in enumerate(reply[1:])], sent_at

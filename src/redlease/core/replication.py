@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from redlease.errors import InvalidArgument
+from redlease.errors import InvalidArgument, NotReplicated
 
 
 class ReplicaShortfall(Exception):
@@ -25,6 +25,13 @@ class ReplicaShortfall(Exception):
         self.reply = reply
         self.confirmed = confirmed
         self.wanted = wanted
+
+    def rolled_back(self, name: str) -> NotReplicated:
+        """What the caller raises once it gave back what the acquisition of ``name`` took."""
+        return NotReplicated(
+            f"lock {name!r} reached {self.confirmed} of {self.wanted} replicas in time; the "
+            "acquisition was rolled back"
+        )
 
 
 @dataclass(frozen=True)

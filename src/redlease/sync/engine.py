@@ -41,7 +41,7 @@ from redlease.core.protocol import (
 from redlease.core.renewal import renewal_answers, renewal_calls
 from redlease.core.replication import ReplicaAcks, ReplicaShortfall
 from redlease.core.subscriptions import PubSubCommands, has_sharded_pubsub, is_denied
-from redlease.errors import InvalidArgument, LockError, NotReplicated, ServerUnavailable
+from redlease.errors import InvalidArgument, LockError, ServerUnavailable
 from redlease.keys import DEFAULT_PREFIX, LockKeys, ttl_to_ms
 from redlease.sync._flavor import (
     INTERRUPTIONS,
@@ -264,10 +264,7 @@ class Engine(Client):
             raise
         except ReplicaShortfall as short:
             self._undo([request.claim])
-            raise NotReplicated(
-                f"lock {request.claim.keys.name!r} reached {short.confirmed} of {short.wanted} "
-                "replicas in time; the acquisition was rolled back"
-            ) from None
+            raise short.rolled_back(request.claim.keys.name) from None
         return grant
 
     def _give_back(self, owner: LeasedBase[Any], lease: Lease) -> ReleaseOutcome:
