@@ -8,11 +8,14 @@ long that takes; and a lock's own ``replicas=`` overrides the client's.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
+import redis
 
+import redlease
 from conftest import allowing, token_in
-from redlease import NotReplicated, ReleaseOutcome
+from redlease import InvalidArgument, NotReplicated, ReleaseOutcome
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -88,23 +91,42 @@ async def test_a_multi_lock_is_rolled_back_unless_the_replicas_confirm_it(
 ):
     """A multi-lock on one server is one script: it used to skip the replica check and
     return a grant no replica had."""
-    replica_timeout = allowing(round_trip, quiet=REPLICA_TIMEOUT)
-    locks = await make_locks(pair.master.url, replicas=1, replica_timeout=replica_timeout)
-    family = locks.locks if flavor == "sync" else locks
-    multi = family.multi_lock(["ledger", "stock"], ttl=30)
-    take = (lambda: locks.run(multi.acquire, timeout=0)) if flavor == "sync" else multi.acquire
 
-    held = await (take() if flavor == "sync" else take(timeout=0))
+    async def take(replica_timeout: float) -> Any:
+        locks = await make_locks(pair.master.url, replicas=1, replica_timeout=replica_timeout)
+        if flavor == "sync":
+            multi = locks.locks.multi_lock(["ledger", "stock"], ttl=30)
+            return await locks.run(multi.acquire, timeout=0), lambda: locks.run(multi.release)
+        multi = locks.multi_lock(["ledger", "stock"], ttl=30)
+        return await multi.acquire(timeout=0), multi.release
+
+    # a generous timeout: on a busy machine a live replica can take a while to acknowledge
+    held, release = await take(replica_timeout=3)
     tokens = {lease.name: lease.token for lease in held.leases}
     for name in ("ledger", "stock"):
         assert token_in(pair.on_replica.get(f"{prefix}:{{{name}}}")) == tokens[name]
-    await (locks.run(multi.release) if flavor == "sync" else multi.release())
+    assert await release() is ReleaseOutcome.RELEASED
 
     pair.replica.pause()
     try:
         with pytest.raises(NotReplicated):
-            await (take() if flavor == "sync" else take(timeout=0))
+            await take(replica_timeout=allowing(round_trip, quiet=REPLICA_TIMEOUT))
         for name in ("ledger", "stock"):
             assert pair.on_master.get(f"{prefix}:{{{name}}}") is None, "the grant was rolled back"
     finally:
         pair.replica.resume()
+
+
+@pytest.mark.parametrize("where", ["client", "lock"])
+def test_a_replica_timeout_the_socket_timeout_would_cut_short_is_refused(pair, prefix, where):
+    """WAIT answers only at the end of the replica timeout when a replica is missing; a
+    client whose socket timeout is no longer gave up on the reply first and raised
+    ``ServerUnavailable`` instead of ``NotReplicated``."""
+    client = redis.Redis(port=pair.master.port, socket_timeout=1)
+    options = {"replicas": 1} if where == "client" else {}
+    with pytest.raises(InvalidArgument, match="socket_timeout"):
+        locks = redlease.Locks(client, prefix=prefix, replica_timeout=1, **options)
+        locks.lock("invoice", replicas=1)
+    with redlease.Locks(client, prefix=prefix, replica_timeout=0.5, replicas=1) as locks:
+        assert locks.lock("invoice", ttl=30).acquire(timeout=0).fence > 0
+        assert locks.lock("invoice").release() is ReleaseOutcome.RELEASED

@@ -107,7 +107,21 @@ class LocksBase:
         if replicas == 0:
             return None
         template = self._replica_template
-        return ReplicaAcks(replicas, template.timeout_ms, template.aof)
+        acks = ReplicaAcks(replicas, template.timeout_ms, template.aof)
+        socket_timeout = self._socket_timeout()
+        if socket_timeout is not None and socket_timeout * 1000 <= acks.timeout_ms:
+            raise InvalidArgument(
+                f"replica_timeout ({acks.timeout_ms / 1000:g} s) must be shorter than the "
+                f"client's socket_timeout ({socket_timeout:g} s): WAIT answers at the end of "
+                "it when a replica is missing, and the client would give up on the reply first"
+            )
+        return acks
+
+    def _socket_timeout(self) -> float | None:
+        """The client's socket timeout, where its pool says (a plain or Sentinel client)."""
+        pool = getattr(getattr(self, "client", None), "connection_pool", None)
+        value = getattr(pool, "connection_kwargs", {}).get("socket_timeout")
+        return float(value) if isinstance(value, (int, float)) else None
 
     def _keys_for(self, name: str) -> LockKeys:
         """The validated keys of ``name``; remembered, since most code locks a few names often."""
