@@ -81,8 +81,8 @@ class SyncLocksAdapter:
     def __init__(self, locks: redlease.Locks) -> None:
         self.locks = locks
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="sync-flavour")
-        ident = self._executor.submit(threading.get_ident).result()
-        self.thread = Owner("thread", ident)
+        thread = self._executor.submit(threading.current_thread).result()
+        self.thread = Owner("thread", thread)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.locks, name)

@@ -8,6 +8,7 @@ and that every exit of a block whose lease ended says so with ``LeaseLost``.
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
@@ -135,3 +136,41 @@ def test_sync_locks_in_an_event_loop_work_with_an_explicit_owner(redlease_url, p
         locks.close()
     assert first is not None
     assert second is None
+
+
+def test_a_new_thread_does_not_inherit_a_dead_threads_lease(redlease_url, prefix):
+    """Python hands a finished thread's id to the next thread at once: keyed by that id,
+    the new thread owned, re-entered and released the lease a crashed thread left."""
+    with redlease.Locks(redlease_url, prefix=prefix) as locks:
+        for attempt in range(20):
+            name, idents, seen = f"report-{attempt}", [], []
+
+            def crash_holding(name: str = name, idents: list[int] = idents) -> None:
+                locks.lock(name, ttl=30).acquire()
+                idents.append(threading.get_ident())
+
+            def look(name: str = name, idents: list[int] = idents, seen: list = seen) -> None:
+                idents.append(threading.get_ident())
+                lock = locks.lock(name)
+                seen.extend([lock.owned(), lock.try_acquire()])
+
+            for target in (crash_holding, look):
+                thread = threading.Thread(target=target)
+                thread.start()
+                thread.join()
+            if idents[0] == idents[1]:
+                assert seen == [False, None]
+                return
+        pytest.skip("Python did not reuse a thread id in 20 tries: nothing to test")
+
+
+@pytest.mark.parametrize("timeout", ["5", float("nan")])
+async def test_a_reentry_checks_its_arguments_as_a_first_acquire_does(make_locks, timeout):
+    lock = (await make_locks()).lock("job", ttl=10)
+    with pytest.raises(redlease.InvalidArgument):
+        await lock.acquire(timeout=timeout)
+    lease = await lock.acquire()
+    with pytest.raises(redlease.InvalidArgument):
+        await lock.acquire(timeout=timeout)
+    assert lease._count == 1, "a refused re-entry must not count"
+    assert await lock.release() is ReleaseOutcome.RELEASED

@@ -204,11 +204,17 @@ class LockBase(LeasedBase[LocksT]):
         self, blocking: bool | None, timeout: float | None, publish: str
     ) -> tuple[Owner, Lease | None, AcquireRequest | None]:
         """Reenter a held lease locally, or say what to ask the server for."""
+        if timeout is not None:
+            check_timeout(timeout)  # a re-entry refuses what a first acquire would
         owner = self._owner()
         held = self._locks._held(self._role, owner)
         if held is not None:
             if held.lost:
-                raise LeaseLost(self.name, f"cannot reenter: {held.lost_reason}")
+                raise LeaseLost(
+                    self.name,
+                    f"cannot reenter: {held.lost_reason}; the ended lease stays this owner's "
+                    "until it is released (release() then returns EXPIRED)",
+                )
             held._count += 1
             return owner, held, None
         exclusive = self._kind in ("lock", "fair")  # what a multi-lock's parts conflict with

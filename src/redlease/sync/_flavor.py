@@ -32,7 +32,11 @@ STOP_TIMEOUT_S = 10.0
 
 def current_owner() -> Owner:
     """The calling thread; refused inside a running event loop, where the thread is not
-    the owner a reader expects (every task of the loop would share one hold)."""
+    the owner a reader expects (every task of the loop would share one hold).
+
+    The thread object, not its id: Python gives a finished thread's id to the next thread
+    at once, which would then own what the finished one left held.
+    """
     if asyncio._get_running_loop() is not None:
         raise InvalidArgument(
             "a sync Locks lock was used from a task of a running event loop: its tasks "
@@ -40,7 +44,7 @@ def current_owner() -> Owner:
             "block the loop; use redlease.AsyncLocks there (or pass owner= explicitly)"
         )
     thread = threading.current_thread()
-    return Owner("thread", threading.get_ident(), thread.name)
+    return Owner("thread", thread, thread.name)
 
 
 def check_cancelled() -> None:
