@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 import redis
+import redis.asyncio
+import redis.cluster
 from redis.crc import key_slot
 
 import redlease
@@ -581,3 +583,20 @@ async def test_a_cluster_with_no_node_left_is_server_unavailable_to_every_call(m
                 await getattr(fresh.lock("new"), first_use)()
     finally:
         cluster.stop()
+
+
+async def test_a_cluster_clients_socket_timeout_bounds_the_replica_timeout(cluster, prefix):
+    """Only a plain or Sentinel client's pool was read: a cluster client got
+    ``ServerUnavailable`` instead of ``NotReplicated`` when a replica was missing."""
+    client = redis.cluster.RedisCluster.from_url(cluster.url, socket_timeout=1)
+    try:
+        with pytest.raises(redlease.InvalidArgument, match="socket_timeout"):
+            redlease.Locks(client, prefix=prefix, replicas=1)
+    finally:
+        client.close()
+    on_loop = redis.asyncio.RedisCluster.from_url(cluster.url, socket_timeout=1)
+    try:
+        with pytest.raises(redlease.InvalidArgument, match="socket_timeout"):
+            redlease.AsyncLocks(on_loop, prefix=prefix, replicas=1)
+    finally:
+        await on_loop.aclose()

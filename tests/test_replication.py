@@ -124,9 +124,33 @@ def test_a_replica_timeout_the_socket_timeout_would_cut_short_is_refused(pair, p
     ``ServerUnavailable`` instead of ``NotReplicated``."""
     client = redis.Redis(port=pair.master.port, socket_timeout=1)
     options = {"replicas": 1} if where == "client" else {}
-    with pytest.raises(InvalidArgument, match="socket_timeout"):
-        locks = redlease.Locks(client, prefix=prefix, replica_timeout=1, **options)
-        locks.lock("invoice", replicas=1)
-    with redlease.Locks(client, prefix=prefix, replica_timeout=0.5, replicas=1) as locks:
+    for too_close in (1, 0.95):  # WAIT's reply comes a little after its timeout
+        with pytest.raises(InvalidArgument, match="socket_timeout"):
+            locks = redlease.Locks(client, prefix=prefix, replica_timeout=too_close, **options)
+            locks.lock("invoice", replicas=1)
+    with redlease.Locks(client, prefix=prefix, replica_timeout=0.9, replicas=1) as locks:
         assert locks.lock("invoice", ttl=30).acquire(timeout=0).fence > 0
         assert locks.lock("invoice").release() is ReleaseOutcome.RELEASED
+
+
+def test_an_acquire_sent_again_on_a_new_connection_is_a_write_its_wait_covers(pair, prefix):
+    """redis-py sends a pipeline again on a new connection after a socket timeout. The
+    acquire found its own grant and wrote nothing, so the WAIT after it, counting only
+    that connection's writes, answered at once with the paused replica: the client
+    returned a lease no replica had."""
+    with redlease.Locks(pair.master.url, prefix=prefix) as locks:
+        operation = locks.lock("invoice", ttl=30)._claim("sent-again", "publish").acquire_op("0")
+    script = (operation.script.source, len(operation.keys), *operation.keys, *operation.args)
+    with redis.Redis(port=pair.master.port) as first:
+        assert int(first.eval(*script)[0]) == 1
+    pair.replica.pause()
+    try:
+        with redis.Redis(port=pair.master.port) as again:
+            pipe = again.pipeline(transaction=False)
+            pipe.eval(*script)
+            pipe.execute_command("WAIT", 1, 200)
+            granted, confirmed = pipe.execute()
+    finally:
+        pair.replica.resume()
+    assert int(granted[0]) == 1, "the retry finds its own grant"
+    assert confirmed == 0, "the WAIT covered the grant: the paused replica did not confirm it"

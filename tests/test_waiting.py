@@ -237,6 +237,37 @@ async def test_cancelled_waiter_leaves_nothing_behind(redlease_url, server, pref
 
 
 @pytest.mark.timeout(30)
+def test_waiter_that_an_exception_of_the_caller_ends_leaves_nothing_behind(
+    redlease_url, server, prefix
+):
+    """A signal handler's RuntimeError (or SystemExit) ended the wait but left the queue
+    entry: the next release handed the lock to it, and nobody held it for a whole TTL."""
+
+    def give_up(signum: int, frame: Any) -> None:
+        raise RuntimeError("the caller's own time limit")
+
+    with (
+        redlease.Locks(redlease_url, prefix=prefix) as holder_locks,
+        redlease.Locks(redlease_url, prefix=prefix) as waiter_locks,
+    ):
+        holder = holder_locks.lock("payroll")
+        held = holder.acquire()
+        previous = signal.signal(signal.SIGALRM, give_up)
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0.5)
+            with pytest.raises(RuntimeError, match="time limit"):
+                waiter_locks.lock("payroll").acquire(timeout=10)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+
+        assert keys_under(server, prefix) == {holder.keys.lease, holder.keys.fence}
+        assert token_in(server.get(holder.keys.lease)) == held.token
+        assert holder.release() is ReleaseOutcome.RELEASED
+        assert holder_locks.lock("payroll", owner="next").acquire(timeout=0).fence > held.fence
+
+
+@pytest.mark.timeout(30)
 async def test_waiter_interrupted_with_ctrl_c_leaves_nothing_behind(
     make_locks, flavor, server, prefix, redlease_url
 ):
@@ -278,6 +309,33 @@ async def test_waiter_interrupted_with_ctrl_c_leaves_nothing_behind(
         if process.returncode is None:
             process.kill()
             await process.wait()
+
+
+@pytest.mark.timeout(60)
+async def test_a_waiter_whose_timeout_runs_out_on_a_stopped_server_times_out_on_time(
+    make_locks, redlease_servers_factory, round_trip
+):
+    """Its withdrawal from the queue waited out the socket timeout (5 s) and then raised
+    ``ServerUnavailable``; it is bounded as a cancellation's is (1 s), and the background
+    withdraws once the server is back."""
+    (stopped,) = redlease_servers_factory(1)
+    holder = (await make_locks(stopped.url)).lock("payroll", ttl=30)
+    waiter = (await make_locks(stopped.url)).lock("payroll", ttl=30)
+    await holder.acquire()
+    waiting = asyncio.create_task(waiter.acquire(timeout=1.0))
+    on_server = redis.Redis(port=stopped.port, decode_responses=True)
+    assert await eventually(lambda: on_server.llen(waiter.keys.queue) == 1, 5)
+    stopped.pause()
+    try:
+        started = time.monotonic()
+        with pytest.raises(redlease.LockTimeout):
+            await waiting
+        assert time.monotonic() - started < 1.0 + 1.0 + allowing(round_trip, quiet=1.0)
+    finally:
+        stopped.resume()
+    assert await eventually(lambda: on_server.llen(waiter.keys.queue) == 0, 5)
+    assert await holder.release() is ReleaseOutcome.RELEASED
+    on_server.close()
 
 
 @pytest.mark.timeout(30)

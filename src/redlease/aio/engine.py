@@ -42,6 +42,7 @@ from redlease.core.ops import Claim
 from redlease.core.owner import TokenFactory, random_token
 from redlease.core.protocol import (
     EXPIRED,
+    LEFT_QUEUED,
     NETWORK_ERRORS,
     AcquireRequest,
     Clock,
@@ -262,12 +263,15 @@ class AsyncEngine(AsyncClient):
     async def _obtain_grant(self, request: AcquireRequest) -> Grant | None:
         try:
             grant: Grant | None = await self._drive(acquire_flow(request, self._clock))
-        except (*INTERRUPTIONS, ServerUnavailable) as exc:
-            await self._undo([request.claim], exc)
-            raise
         except ReplicaShortfall as short:
             await self._undo([request.claim])
             raise short.rolled_back(request.claim.keys.name) from None
+        except BaseException as exc:  # a cancellation, Ctrl-C, the caller's own signal handler
+            await self._undo([request.claim], exc)
+            raise
+        if grant is LEFT_QUEUED:  # time ran out while queued
+            await self._undo([request.claim])
+            return None
         return grant
 
     async def _give_back(self, owner: LeasedBase[Any], lease: Lease) -> ReleaseOutcome:

@@ -83,6 +83,7 @@ class LeasedBase(Generic[LocksT]):
             contended=locks._contended(claim.keys.lease),
             started_at=locks._clock(),
             observation=None if is_silent(hooks) else hooks.acquire_started(self.name, self._kind),
+            withdraws_itself=False,
         )
 
     def _report_failure(self, error: BaseException) -> None:

@@ -109,18 +109,20 @@ class LocksBase:
         template = self._replica_template
         acks = ReplicaAcks(replicas, template.timeout_ms, template.aof)
         socket_timeout = self._socket_timeout()
-        if socket_timeout is not None and socket_timeout * 1000 <= acks.timeout_ms:
+        if socket_timeout is not None and acks.timeout_ms > socket_timeout * 1000 * 0.9:
             raise InvalidArgument(
-                f"replica_timeout ({acks.timeout_ms / 1000:g} s) must be shorter than the "
-                f"client's socket_timeout ({socket_timeout:g} s): WAIT answers at the end of "
-                "it when a replica is missing, and the client would give up on the reply first"
+                f"replica_timeout ({acks.timeout_ms / 1000:g} s) must leave a tenth of the "
+                f"client's socket_timeout ({socket_timeout:g} s) for the reply: WAIT answers "
+                "at the end of it when a replica is missing, and the client would give up first"
             )
         return acks
 
     def _socket_timeout(self) -> float | None:
-        """The client's socket timeout, where its pool says (a plain or Sentinel client)."""
-        pool = getattr(getattr(self, "client", None), "connection_pool", None)
-        value = getattr(pool, "connection_kwargs", {}).get("socket_timeout")
+        """The client's socket timeout, where it says: a plain or Sentinel client's pool, or
+        a cluster client's node settings."""
+        client = getattr(self, "client", None)
+        holder = getattr(client, "connection_pool", None) or getattr(client, "nodes_manager", None)
+        value = getattr(holder, "connection_kwargs", {}).get("socket_timeout")
         return float(value) if isinstance(value, (int, float)) else None
 
     def _keys_for(self, name: str) -> LockKeys:

@@ -65,6 +65,15 @@ class AcquireRequest:
     started_at: float = 0.0
     observation: Any = None
     """What the client's hooks returned when the acquisition began."""
+    withdraws_itself: bool = True
+    """Whether a waiter whose time ran out withdraws from the queue within the flow; a
+    client's own acquisition gets :data:`LEFT_QUEUED` instead, and withdraws in a way that
+    a stopped server cannot hold up past a bound (a multi-lock's steps withdraw here)."""
+
+
+LEFT_QUEUED: Any = object()
+"""What :func:`acquire_flow` returns for a request that does not withdraw itself when its
+time ran out while it was queued: the caller withdraws it, then reports the timeout."""
 
 
 @dataclass(frozen=True)
@@ -166,9 +175,7 @@ def acquire_flow(request: AcquireRequest, clock: Clock) -> Flow:
             anchor = attempt.anchor
         remaining = deadline - clock()
         if not request.blocking or remaining <= 0:
-            if queue != NOT_QUEUED:
-                yield from release_flow(claim.without_acks(), withdraw=True)
-            return None
+            return (yield from _give_up(request, queue))
         if queue == NOT_QUEUED:
             if not (yield from _subscribe(claim, deadline, clock)):
                 return None
@@ -182,6 +189,19 @@ def acquire_flow(request: AcquireRequest, clock: Clock) -> Flow:
             grant = yield from _take_handoff(claim, handoff, anchor, clock)
             if grant is not None:
                 return replace(grant, contended=True)
+        elif clock() >= deadline:  # no last try: on a stopped server it would outlast the time
+            return (yield from _give_up(request, queue))
+
+
+def _give_up(request: AcquireRequest, queue: str) -> Flow:
+    """The end of an acquisition whose time ran out: ``None``, once a queued waiter
+    withdrew (or :data:`LEFT_QUEUED`, for a caller that withdraws it)."""
+    if queue == NOT_QUEUED:
+        return None
+    if not request.withdraws_itself:
+        return LEFT_QUEUED
+    yield from release_flow(request.claim.without_acks(), withdraw=True)
+    return None
 
 
 def _attempt(claim: Claim, queue: str, clock: Clock) -> Flow:

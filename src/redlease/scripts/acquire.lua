@@ -74,7 +74,11 @@ if type(value) == 'table' then
 end
 if token_of(value) == token then
   -- already ours: the token is new per acquisition, so this is a lost reply being retried
-  -- or a hand-off whose message was lost (a reconnect)
+  -- or a hand-off whose message was lost (a reconnect). The lease is written again (its
+  -- TTL restarted, no later than the caller's deadline assumes): a WAIT after this call
+  -- counts only this connection's writes, and a retry sent on a new connection must not
+  -- see the replicas confirm a grant none of them has.
+  redis.call('pexpire', lease, ttl)
   if mode ~= '0' then
     redis.pcall('lrem', queue, 1, member)
   end

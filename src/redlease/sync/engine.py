@@ -28,6 +28,7 @@ from redlease.core.ops import Claim
 from redlease.core.owner import TokenFactory, random_token
 from redlease.core.protocol import (
     EXPIRED,
+    LEFT_QUEUED,
     NETWORK_ERRORS,
     AcquireRequest,
     Clock,
@@ -259,12 +260,15 @@ class Engine(Client):
     def _obtain_grant(self, request: AcquireRequest) -> Grant | None:
         try:
             grant: Grant | None = self._drive(acquire_flow(request, self._clock))
-        except (*INTERRUPTIONS, ServerUnavailable) as exc:
-            self._undo([request.claim], exc)
-            raise
         except ReplicaShortfall as short:
             self._undo([request.claim])
             raise short.rolled_back(request.claim.keys.name) from None
+        except BaseException as exc:  # a cancellation, Ctrl-C, the caller's own signal handler
+            self._undo([request.claim], exc)
+            raise
+        if grant is LEFT_QUEUED:  # time ran out while queued
+            self._undo([request.claim])
+            return None
         return grant
 
     def _give_back(self, owner: LeasedBase[Any], lease: Lease) -> ReleaseOutcome:
