@@ -52,7 +52,7 @@ def locks() -> Iterator[redlease.Locks]:
 
 @pytest.fixture
 def redlock() -> Iterator[redlease.Redlock]:
-    with redlease.Redlock([URL, URL, URL]) as client:
+    with redlease.Redlock([URL, URL.replace(":1/", ":2/"), URL.replace(":1/", ":3/")]) as client:
         yield client
 
 

@@ -762,3 +762,29 @@ def test_a_url_scheme_is_read_in_either_case(make, redlease_url, prefix):
         return
     with locks, locks.lock("upper") as lease:
         assert lease.fence >= 1
+
+
+def test_a_lock_name_template_that_is_no_format_pattern_is_refused(redlease_url, prefix):
+    with redlease.Locks(redlease_url, prefix=prefix) as locks:
+        with pytest.raises(redlease.InvalidArgument, match=r"str\.format"):
+
+            @locks.locked("invoice:{customer_id")
+            def bill(customer_id: int) -> None: ...
+
+
+def test_redlock_masters_are_a_collection_of_distinct_servers(redlease_servers_factory):
+    """One client gave a bare ``TypeError``; an iterator was refused although any
+    iterable would do; the same server given thrice made a "majority" of one."""
+    first, second, third = redlease_servers_factory(3)
+    with pytest.raises(redlease.InvalidArgument, match="list of masters"):
+        redlease.Redlock(redis.Redis(port=first.port))
+    with pytest.raises(redlease.InvalidArgument, match="twice"):
+        redlease.Redlock([first.url, first.url, second.url])
+    with pytest.raises(redlease.InvalidArgument, match="twice"):
+        redlease.Redlock([f"redis://127.0.0.1:{first.port}/{db}" for db in (1, 2)] + [second.url])
+    client = redis.Redis(port=first.port)
+    with pytest.raises(redlease.InvalidArgument, match="twice"):
+        redlease.Redlock([client, client, redis.Redis(port=second.port)])
+    with redlease.Redlock(iter([first.url, second.url, third.url])) as redlock:
+        with redlock.lock("order") as lease:
+            assert lease.fence > 0

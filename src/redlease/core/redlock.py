@@ -9,7 +9,7 @@ with that one). Nothing here does I/O.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -17,7 +17,7 @@ from typing import Any
 from redlease.compat import AuthenticationErrors, TimeoutErrors
 from redlease.core.lease import drift_ms
 from redlease.core.protocol import NETWORK_ERRORS
-from redlease.errors import AuthenticationFailed, LockError, ServerUnavailable
+from redlease.errors import AuthenticationFailed, InvalidArgument, LockError, ServerUnavailable
 
 STRAGGLER_GRACE_S = 0.01
 """Once enough masters answered a round, the others get as long again as those took, twice
@@ -76,6 +76,37 @@ def counted(replies: list[Any], decided: Callable[[object], bool] | None) -> int
     if decided is not None:
         return sum(1 for reply in replies if decided(reply))
     return sum(1 for reply in replies if reply is not None and not isinstance(reply, Exception))
+
+
+def master_list(masters: object) -> list[Any]:
+    """The masters a Redlock is given, as a list: any iterable of clients or URLs."""
+    if isinstance(masters, (str, bytes)) or not isinstance(masters, Iterable):
+        raise InvalidArgument(
+            f"Redlock needs a list of masters (3 or 5 is usual), got {type(masters).__name__}"
+            f" {masters!r:.80}: pass [{'url' if isinstance(masters, str) else 'client'}, ...]"
+        )
+    listed = list(masters)
+    if not listed:
+        raise InvalidArgument("Redlock needs a list of masters (3 or 5 is usual), got none")
+    return listed
+
+
+def refuse_repeated(clients: Sequence[Any]) -> None:
+    """A server given twice (another database of it included) would count twice toward a
+    majority that is one server."""
+    seen: set[tuple[object, ...]] = set()
+    for client in clients:
+        settings = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
+        where = tuple(settings.get(field) for field in ("host", "port", "path"))
+        if where == (None, None, None):
+            where = (id(client),)
+        if where in seen:
+            shown = settings.get("path") or f"{settings.get('host')}:{settings.get('port')}"
+            raise InvalidArgument(
+                f"Redlock was given the master {shown} twice: its majority must be of "
+                "independent servers"
+            )
+        seen.add(where)
 
 
 def quorum(masters: int) -> int:

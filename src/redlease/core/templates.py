@@ -18,10 +18,14 @@ class KeyTemplate:
             raise InvalidArgument(f"lock name template must be a non-empty str, got {template!r}")
         self.template = template
         self.signature = inspect.signature(function)
+        try:
+            parsed = list(string.Formatter().parse(template))
+        except ValueError as error:
+            raise InvalidArgument(
+                f"lock name template {template!r} is not a str.format pattern: {error}"
+            ) from None
         fields = {
-            field.split(".")[0].split("[")[0]
-            for _, field, _, _ in string.Formatter().parse(template)
-            if field is not None
+            field.split(".")[0].split("[")[0] for _, field, _, _ in parsed if field is not None
         }
         unknown = sorted(fields - set(self.signature.parameters))
         if unknown:

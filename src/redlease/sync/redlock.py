@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from contextlib import suppress
 from typing import Any
 
@@ -38,10 +38,12 @@ from redlease.core.redlock import (
     STRAGGLER_GRACE_S,
     Tally,
     grants,
+    master_list,
     not_granted,
     quorum,
     quorum_answer,
     raised_to,
+    refuse_repeated,
     releases,
     tally_acquire,
     too_few_answers,
@@ -49,7 +51,7 @@ from redlease.core.redlock import (
 )
 from redlease.core.renewal import renewal_answers, renewal_calls
 from redlease.core.replies import acquire_error
-from redlease.errors import InvalidArgument, LeaseLost, LockError, LockTimeout
+from redlease.errors import LeaseLost, LockError, LockTimeout
 from redlease.keys import DEFAULT_PREFIX
 from redlease.scripts import ScriptName
 from redlease.sync._flavor import Worker, current_owner, fire, shielded, sleep
@@ -73,20 +75,20 @@ class Redlock(Client):
 
     def __init__(
         self,
-        masters: Sequence[Redis | str],
+        masters: Iterable[Redis | str],
         *,
         prefix: str = DEFAULT_PREFIX,
         hooks: Hooks | Sequence[Hooks] | None = None,
         clock: Clock = time.monotonic,
         token_factory: TokenFactory = random_token,
     ) -> None:
-        if isinstance(masters, (str, bytes)) or len(masters) < 1:
-            raise InvalidArgument("Redlock needs a list of masters (3 or 5 is usual)")
+        listed = master_list(masters)
         super().__init__(prefix=prefix, clock=clock, token_factory=token_factory)
         self._masters = [
             Engine(master, prefix=prefix, clock=clock, token_factory=token_factory)
-            for master in masters
+            for master in listed
         ]
+        refuse_repeated([master.client for master in self._masters])
         for master in self._masters:
             self._narrow_to(master._narrow_encoding)
         self._quorum = quorum(len(self._masters))
