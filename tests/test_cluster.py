@@ -600,3 +600,21 @@ async def test_a_cluster_clients_socket_timeout_bounds_the_replica_timeout(clust
             redlease.AsyncLocks(on_loop, prefix=prefix, replicas=1)
     finally:
         await on_loop.aclose()
+
+
+def test_an_asyncio_cluster_client_on_a_new_event_loop_uses_no_connection_of_an_old_one(
+    cluster, prefix
+):
+    """The per-node clients that carry pipelines (renewal rounds, WAIT after a grant) were
+    kept for the whole process: a client made under a later ``asyncio.run`` was handed
+    connections of a closed loop ("Event loop is closed")."""
+
+    async def take() -> int:
+        async with redlease.AsyncLocks(
+            cluster.url, cluster=True, prefix=prefix, replicas=1, replica_timeout=3
+        ) as locks:
+            async with locks.lock("ledger", ttl=10) as lease:
+                return lease.fence
+
+    fences = [asyncio.run(take()) for _ in range(2)]
+    assert fences[1] > fences[0]

@@ -9,6 +9,7 @@ import inspect
 import logging
 import sys
 import threading
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -146,18 +147,30 @@ async def node_of(client: Any, key: str) -> tuple[str, Callable[[], Any], Any]:
         return "main", pool.make_connection, client
     await client.initialize()
     node = client.get_node_from_key(key)
-    if node.name not in _node_clients:
+    clients = _node_clients_of(client)
+    if node.name not in clients:
         library = library_of(client).asyncio
         pool = library.ConnectionPool(
             connection_class=node.connection_class, **node.connection_kwargs
         )
         client_class = getattr(library, "Redis", None) or library.Valkey
-        _node_clients[node.name] = client_class(connection_pool=pool)
+        clients[node.name] = client_class(connection_pool=pool)
     return (
         node.name,
         lambda: node.connection_class(**node.connection_kwargs),
-        _node_clients[node.name],
+        clients[node.name],
     )
+
+
+def _node_clients_of(client: Any) -> dict[str, Any]:
+    """The per-node clients made for ``client`` on the running loop: their connections
+    belong to that loop, and carry that client's settings (credentials, TLS)."""
+    loop = asyncio.get_running_loop()
+    made = _node_clients.get(client)
+    if made is None or made[0] is not loop:
+        made = (loop, {})
+        _node_clients[client] = made
+    return made[1]
 
 
 async def refresh_topology(client: Any) -> None:
@@ -203,7 +216,10 @@ def drop_old_master_connections(client: Any) -> None:
     pool._redlease_follows = True
 
 
-_node_clients: dict[str, Any] = {}
+_node_clients: weakref.WeakKeyDictionary[Any, tuple[Any, dict[str, Any]]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Per cluster client: the loop its per-node clients were made on, and those clients."""
 
 
 def current_loop() -> Any:
@@ -226,8 +242,8 @@ def forget_connections(client: Any) -> None:
             for node in client.get_nodes()
             if node.redis_connection is not None
         ]
-    pools += [node_client.connection_pool for node_client in _node_clients.values()]
-    _node_clients.clear()
+    _, made = _node_clients.pop(client, (None, {}))
+    pools += [node_client.connection_pool for node_client in made.values()]
     for pool in pools:
         pool.reset()
 
