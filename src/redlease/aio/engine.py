@@ -270,7 +270,7 @@ class AsyncEngine(AsyncClient):
             await self._undo([request.claim], exc)
             raise
         if grant is LEFT_QUEUED:  # time ran out while queued
-            await self._undo([request.claim])
+            await self._withdraw_in_time(request.claim)
             return None
         return grant
 
@@ -324,6 +324,15 @@ class AsyncEngine(AsyncClient):
             await shielded(lambda: self._withdraw_now(claims), within=INLINE_WITHDRAWAL_S)
         except (Exception, ReplicaShortfall):
             logger.debug("could not withdraw %r at once", [claim.keys.name for claim in claims])
+
+    async def _withdraw_in_time(self, claim: Claim) -> None:
+        """Withdraw a waiter whose time ran out, inline for up to
+        :data:`INLINE_WITHDRAWAL_S`; the background takes over only if that failed or
+        took longer (a stopped server must not stretch the caller's ``timeout``)."""
+        try:
+            await shielded(lambda: self._withdraw_now([claim]), within=INLINE_WITHDRAWAL_S)
+        except (Exception, ReplicaShortfall):
+            self._background.finish(claim.without_acks(), withdraw=True)
 
     async def _withdraw_now(self, claims: Sequence[Claim]) -> list[Any]:
         """Withdraw each claim in turn: the release codes."""
