@@ -205,11 +205,11 @@ class LockBase(LeasedBase[LocksT]):
         self, blocking: bool | None, timeout: float | None, publish: str
     ) -> tuple[Owner, Lease | None, AcquireRequest | None]:
         """Reenter a held lease locally, or say what to ask the server for."""
-        if timeout is not None:
-            check_timeout(timeout)  # a re-entry refuses what a first acquire would
         owner = self._owner()
         held = self._locks._held(self._role, owner)
         if held is not None:
+            if timeout is not None:
+                check_timeout(timeout)  # as :meth:`_request` does for a first acquire
             if held.lost:
                 raise LeaseLost(
                     self.name,
