@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import signal
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +29,7 @@ from redlease.server import EmbeddedServer
 BEYOND_DOUBLES = 2**53 + 2
 """A counter whose next token, 2^53 + 3, is the first a Lua number (a double) rounds."""
 TOP = 2**63 - 1
+WAITER = str(Path(__file__).with_name("proc_waiter.py"))
 
 
 async def test_fences_past_two_to_the_53_are_exact_and_strictly_increasing(
@@ -168,22 +172,38 @@ async def queued_waiters(server: redis.Redis, queue: str, count: int) -> list[st
     return list(server.lrange(queue, 0, -1))
 
 
+@pytest.mark.timeout(30)
 @pytest.mark.parametrize("kind", ["lock", "fair_lock"])
 async def test_a_fence_error_on_release_keeps_every_waiter_in_the_queue(
-    make_locks, server, prefix, kind
+    make_locks, server, prefix, kind, flavor, redlease_url
 ):
-    holder, waiter = await make_locks(), await make_locks()
+    """The waiter is a process stopped while the release runs: once woken it meets the
+    fence error itself and withdraws, which must not be taken for the release's doing."""
     queue = f"{prefix}:{{kept}}:queue"
-    held = getattr(holder, kind)("kept", ttl=30)
+    held = getattr(await make_locks(), kind)("kept", ttl=30)
     await held.acquire()
-    waiting = asyncio.create_task(getattr(waiter, kind)("kept", ttl=30).acquire(timeout=3))
-    before = await queued_waiters(server, queue, 1)
-    server.set(fence_key(prefix, "kept"), "not a number")
-    assert await held.release() is ReleaseOutcome.RELEASED
-    assert server.lrange(queue, 0, -1) == before, "the waiter's entry was popped and lost"
-    with pytest.raises(redlease.WrongKeyType) as raised:
-        await waiting
-    assert raised.value.key == fence_key(prefix, "kept")
+    fair = ["--fair"] if kind == "fair_lock" else []
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, str(WAITER), redlease_url, prefix, "kept", "--flavor", flavor,
+        "--ttl", "30", *fair, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert await asyncio.wait_for(process.stdout.readline(), 10) == b"WAITING\n"
+        before = await queued_waiters(server, queue, 1)
+        process.send_signal(signal.SIGSTOP)
+        server.set(fence_key(prefix, "kept"), "not a number")
+        assert await held.release() is ReleaseOutcome.RELEASED
+        assert server.lrange(queue, 0, -1) == before, "the waiter's entry was popped and lost"
+        process.send_signal(signal.SIGCONT)
+        _, errors = await asyncio.wait_for(process.communicate(), 15)
+        assert process.returncode not in (0, 2), errors.decode()
+        assert b"WrongKeyType" in errors
+        assert fence_key(prefix, "kept").encode() in errors
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGCONT)
+            process.kill()
+            await process.wait()
 
 
 async def test_the_fair_path_of_acquire_keeps_the_queue_when_no_fence_can_be_drawn(
