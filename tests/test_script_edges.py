@@ -491,3 +491,44 @@ async def test_a_latch_takes_every_count_it_can_keep_exactly_and_no_larger(make_
     with pytest.raises(redlease.InvalidArgument):
         await locks.run(over.try_set_count, 2**53)
     assert await locks.run(over.count) == 0
+
+
+def lease_left_ms(server: redis.Redis, operation: Any, token: str) -> int:
+    """How long the server keeps a shared claim's grant: the writer key's TTL, or the
+    holder's score (its end, in server ms) in the holders set."""
+    holders, writer = operation.keys[:2]
+    if server.get(writer) == token:
+        return int(server.pttl(writer))
+    seconds, micros = server.time()
+    return int(server.zscore(holders, token)) - (seconds * 1000 + micros // 1000)
+
+
+@pytest.mark.parametrize("side", ["write", "permit", "read"])
+@pytest.mark.parametrize("queued", ["0", "1"])
+def test_a_shared_acquire_sent_again_finds_its_own_grant(
+    redlease_url, server, prefix, side, queued
+):
+    """redis-py sends a command again after a lost reply, and a waiter whose hand-off message
+    was lost asks again: the second call must answer the grant the first one made, not
+    refuse it (a writer, or the permit that filled a semaphore, would wait out its own TTL)."""
+    with redlease.Locks(redlease_url, prefix=prefix) as locks:
+        if side == "permit":
+            handle = locks.semaphore("pool", 1, ttl=30)
+            claim = handle._claim(handle._owner(), "publish")
+        else:
+            handle = getattr(locks.rw_lock("pool", ttl=30), side)
+            claim = handle._claim("sent-again", "publish")
+        operation = claim.acquire_op(queued)
+    script = (operation.script.source, len(operation.keys), *operation.keys, *operation.args)
+    first = server.eval(*script)
+    assert int(first[0]) == 1
+    holders, writer = operation.keys[:2]
+    if side == "write":
+        server.pexpire(writer, 10_000)  # time has passed since the first grant
+    else:
+        server.zadd(holders, {claim.token: int(server.zscore(holders, claim.token)) - 20_000})
+    again = server.eval(*script)
+    assert int(again[0]) == 1, f"the resent acquire was refused: {again}"
+    assert int(again[1]) > int(first[1]), "a new grant draws a new, greater fence"
+    assert lease_left_ms(server, operation, claim.token) > 20_000, "the lease is written again"
+    assert not server.exists(operation.keys[2]), "no queue entry is left behind"

@@ -120,8 +120,28 @@ local function blocked_ms()
   return math.max(wait, 1)
 end
 
+local function granted_before()
+  if mode == 'w' then
+    return redis.pcall('get', writer) == token
+  end
+  return redis.call('zscore', holders, token) ~= false
+end
+
 if op == 'acquire' then
   local member = mode .. ':' .. ARGV[4] .. ':' .. ARGV[10] .. ':' .. token
+  if granted_before() then
+    -- already ours: the token is new per acquisition, so this is a lost reply being
+    -- retried or a hand-off whose message was lost. No fence is kept for a shared grant,
+    -- so a new one is drawn (the old one never reached the caller); the lease is written
+    -- again so that a WAIT after this call covers it (see acquire.lua).
+    local fence, err = draw_fence(fence_key)
+    if not fence then
+      return {-2, err}
+    end
+    grant(mode, token, ttl)
+    redis.pcall('lrem', queue, 1, member)
+    return {1, fence}
+  end
   local fence, err, foreign = dispatch(member)
   if foreign then
     return {-1, 'list holding entries of another program', 3}
