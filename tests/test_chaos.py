@@ -358,6 +358,23 @@ def test_detection_counts_from_when_another_client_could_take_the_lease() -> Non
     assert summary["met"] is False
 
 
+def test_a_forgotten_lease_its_renewal_kept_has_nothing_to_tell() -> None:
+    """``pexpire`` leaves a lease 1 ms: a renewal that reaches the server within it extends
+    the lease, which nobody else could take meanwhile. A watch that kept reading the same
+    holder after the fault saw no loss: counting it as never told failed a busy run."""
+    renewed = KeyWatch("k", owner=b"token", read=True, expiry=12.0, held_at=11.0)
+    kept = measure(Detects.FORGOTTEN, "asyncio", renewed, None, forgot_at=10.0, serving_again_at=0)
+    assert kept["held"] is True
+    assert kept["met"] is True
+    assert renewed.survived(10.0)
+    assert renewed.survived(11.5) is False, "no reading after the fault proves nothing"
+    unread = KeyWatch("k", owner=b"token", read=True, expiry=10.2, held_at=9.9)
+    untold = measure(Detects.FORGOTTEN, "asyncio", unread, None, forgot_at=10.0, serving_again_at=0)
+    assert untold["met"] is False
+    gone = KeyWatch("k", owner=b"token", read=True, expiry=10.2, held_at=11.0, gone_at=11.1)
+    assert gone.survived(10.0) is False
+
+
 def test_a_probe_told_of_its_loss_before_the_fault_is_not_counted_untold(tmp_path) -> None:
     """On a busy machine a probe's renewal can be late, its lease reported lost, and the
     fault hit that lease's remains before the probe took a new one: nothing was left for

@@ -54,6 +54,14 @@ class KeyWatch:
     """The latest expiry read while ``owner`` held the key (monotonic, dated by the send)."""
     gone_at: float | None = None
     """The first reading that found no key or another owner."""
+    held_at: float | None = None
+    """The latest reading that found ``owner`` still holding the key."""
+
+    def survived(self, since: float) -> bool:
+        """Whether ``owner`` kept the key through a fault at ``since``: read holding it
+        after, never seen without it (a renewal that reached the server within the
+        millisecond a ``PEXPIRE`` left extends the lease, and nobody could take it)."""
+        return self.gone_at is None and self.held_at is not None and self.held_at > since
 
 
 class ExpiryWatch:
@@ -112,17 +120,23 @@ class ExpiryWatch:
             if watch.owner is None or owner != watch.owner or pttl < 0:
                 watch.gone_at = sent
             else:  # each reading bounds the expiry from below: keep the tightest
+                watch.held_at = sent
                 expiry = sent + pttl / 1000
                 watch.expiry = expiry if watch.expiry is None else max(watch.expiry, expiry)
         return sent
 
-    def unresolved(self, lost: dict[str, dict[str, Any] | None], forgot: bool) -> list[str]:
+    def unresolved(
+        self, lost: dict[str, dict[str, Any] | None], forgot_at: float | None
+    ) -> list[str]:
         """Flavours whose lease went away (or was forgotten) but whose loss is not logged."""
         return [
             flavour
             for flavour, watch in self.keys.items()
             if watch.owner is not None
-            and (forgot or watch.gone_at is not None)
+            and (
+                watch.gone_at is not None
+                or (forgot_at is not None and not watch.survived(forgot_at))
+            )
             and lost.get(flavour) is None
         ]
 
@@ -149,7 +163,10 @@ def measure(
     if known_lost:
         skipped = "the probe's holder knew its lease lost before the fault began"
         return {**record, "skipped": skipped, "met": True}
-    base = forgot_at if forgot_at is not None else watch.expiry if watch.gone_at else None
+    if forgot_at is not None and watch.survived(forgot_at):
+        base = None
+    else:
+        base = forgot_at if forgot_at is not None else watch.expiry if watch.gone_at else None
     if lost is not None:
         record["lost_reason"] = lost.get("reason")
     if base is None:

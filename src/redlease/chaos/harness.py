@@ -212,7 +212,7 @@ class Run:
             tail.poll()
             known = {flavour: _told_before(tail, flavour, began) for flavour in watch.keys}
             lost = {flavour: tail.first("lost", since, probe=flavour) for flavour in watch.keys}
-            waiting = watch.unresolved(lost, fault.forgot_at is not None)
+            waiting = watch.unresolved(lost, fault.forgot_at)
             if not any(not known[flavour] for flavour in waiting):
                 break
             if time.monotonic() > limit:
