@@ -434,6 +434,27 @@ def test_sigterm_while_waiting_gives_up_and_leaves_the_queue(redlease_url, name,
         assert client.llen(f"redlease:{{{name}}}:queue") == 0
 
 
+@pytest.mark.timeout(60)
+def test_a_server_that_stops_during_the_wait_is_69_not_a_conflict(redlease_servers_factory, name):
+    """A frozen server is not "held by another owner": a cron job must hear of it."""
+    (stopped,) = redlease_servers_factory(1)
+    with redlease.Locks(stopped.url) as locks, redis.Redis(port=stopped.port) as client:
+        locks.lock(name, ttl=30).acquire()
+        run = start_cli("run", name, "-w", "2", "-v", "--", "true", url=stopped.url)
+        deadline = time.monotonic() + 15
+        while not client.llen(f"redlease:{{{name}}}:queue"):
+            assert time.monotonic() < deadline, "the run never queued"
+            time.sleep(0.02)
+        stopped.pause()
+        try:
+            status, _, stderr = finish(run)
+        finally:
+            stopped.resume()
+    assert status == 69, stderr
+    assert "held by another" not in stderr
+    assert "Traceback" not in stderr
+
+
 def test_without_a_server_url_run_refuses_with_64(name):
     completed = run_cli("run", name, "--", "true", url=None)
 

@@ -315,9 +315,10 @@ async def test_waiter_interrupted_with_ctrl_c_leaves_nothing_behind(
 async def test_a_waiter_whose_timeout_runs_out_on_a_stopped_server_times_out_on_time(
     make_locks, redlease_servers_factory, round_trip
 ):
-    """Its withdrawal from the queue waited out the socket timeout (5 s) and then raised
-    ``ServerUnavailable``; it is bounded as a cancellation's is (1 s), and the background
-    withdraws once the server is back."""
+    """Its withdrawal from the queue waited out the socket timeout (5 s); it is bounded as
+    a cancellation's is (1 s), and the background withdraws once the server is back. A
+    server that did not answer it is reported as such (``ServerUnavailable``), never as a
+    lock held by another owner (``LockTimeout``)."""
     (stopped,) = redlease_servers_factory(1)
     holder = (await make_locks(stopped.url)).lock("payroll", ttl=30)
     waiter = (await make_locks(stopped.url)).lock("payroll", ttl=30)
@@ -328,7 +329,7 @@ async def test_a_waiter_whose_timeout_runs_out_on_a_stopped_server_times_out_on_
     stopped.pause()
     try:
         started = time.monotonic()
-        with pytest.raises(redlease.LockTimeout):
+        with pytest.raises(redlease.ServerUnavailable, match="payroll"):
             await waiting
         assert time.monotonic() - started < 1.0 + 1.0 + allowing(round_trip, quiet=1.0)
     finally:

@@ -319,7 +319,8 @@ def release_flow(
             reply = yield operation
         except NETWORK_ERRORS as exc:
             if attempt == attempts:
-                raise unavailable(claim.keys, "release", exc) from exc
+                action = "withdraw from the queue of" if withdraw else "release"
+                raise unavailable(claim.keys, action, exc) from exc
             continue
         return int(reply)
     raise AssertionError("unreachable")  # pragma: no cover

@@ -325,11 +325,25 @@ class Engine(Client):
     def _withdraw_in_time(self, claim: Claim) -> None:
         """Withdraw a waiter whose time ran out, inline for up to
         :data:`INLINE_WITHDRAWAL_S`; the background takes over only if that failed or
-        took longer (a stopped server must not stretch the caller's ``timeout``)."""
+        took longer (a stopped server must not stretch the caller's ``timeout``).
+
+        A withdrawal the server did not answer in that time raises ``ServerUnavailable``
+        (a typed error from it, itself): the wait ended on a silent server, which the
+        caller must not take for a lock another owner held all along (``LockTimeout``).
+        """
         try:
             shielded(lambda: self._withdraw_now([claim]), within=INLINE_WITHDRAWAL_S)
-        except (Exception, ReplicaShortfall):
+        except ReplicaShortfall:
             self._background.finish(claim.without_acks(), withdraw=True)
+        except Exception as exc:
+            self._background.finish(claim.without_acks(), withdraw=True)
+            if isinstance(exc, LockError):
+                raise
+            raise ServerUnavailable(
+                f"could not acquire lock {claim.keys.name!r}: the server did not answer "
+                f"within {INLINE_WITHDRAWAL_S:g} s when the wait ended (the waiter leaves "
+                "the queue once it answers)"
+            ) from exc
 
     def _withdraw_now(self, claims: Sequence[Claim]) -> list[Any]:
         """Withdraw each claim in turn: the release codes."""
