@@ -300,11 +300,13 @@ def test_a_lease_lost_to_a_dead_link_does_not_hold_run_up_in_its_release(
 
 
 def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` still runs: a zombie its new parent has not reaped yet does not."""
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rpartition(b")")[2].split()[0] != b"Z"
+    except (ProcessLookupError, FileNotFoundError):
         return False
-    return True
 
 
 def gone_within(pid: int, seconds: float) -> bool:
@@ -453,6 +455,46 @@ def test_a_server_that_stops_during_the_wait_is_69_not_a_conflict(redlease_serve
     assert status == 69, stderr
     assert "held by another" not in stderr
     assert "Traceback" not in stderr
+
+
+# A parent that takes in the orphans of its descendants and never reaps them, as a
+# container's PID 1 without an init does: they stay zombies of that process group.
+NON_REAPING_PARENT = """
+import ctypes, pathlib, signal, subprocess, sys, time
+PR_SET_CHILD_SUBREAPER = 36
+assert ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+started = pathlib.Path(sys.argv[1])
+run = subprocess.Popen(sys.argv[2:], stderr=subprocess.PIPE, text=True)
+while not started.exists():
+    time.sleep(0.02)
+sent = time.monotonic()
+run.send_signal(signal.SIGTERM)
+_, stderr = run.communicate(timeout=60)
+print(round(time.monotonic() - sent, 2), run.returncode)
+sys.stdout.write(stderr)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_CHILD_SUBREAPER")
+def test_zombies_left_in_the_commands_group_do_not_count_as_running(redlease_url, name, tmp_path):
+    """Under a PID 1 that never reaps, the killed ``&`` job of a shell stays a zombie in the
+    group: it runs nothing, so it must not hold the lock until a SIGKILL ``--grace`` later."""
+    started = tmp_path / "started"
+    command = f"touch {shlex.quote(str(started))}; sleep 100 & sleep 101"
+    run = redlease_command("run", name, "--grace", "3", "-c", command)
+    done = subprocess.run(
+        [sys.executable, "-c", NON_REAPING_PARENT, str(started), *run],
+        env=cli_environment(redlease_url),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    first, *stderr = done.stdout.splitlines()
+    took, status = first.split()
+    assert int(status) == 128 + signal.SIGTERM, done.stdout
+    assert float(took) < 2.0, done.stdout
+    assert not [line for line in stderr if "SIGKILL" in line]
 
 
 def test_without_a_server_url_run_refuses_with_64(name):

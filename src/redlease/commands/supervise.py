@@ -269,13 +269,34 @@ class Supervisor:
 
 
 def _group_alive(group: int) -> bool:
+    """Whether a member of ``group`` still runs: zombies do not (a container's PID 1 that
+    never reaps keeps the group's orphans as zombies, which ``killpg`` still finds)."""
     try:
         os.killpg(group, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # a member that changed its user: still there
         return True
-    return True
+    return _runs_in(group)
+
+
+def _runs_in(group: int) -> bool:
+    """From ``/proc``: a member of ``group`` that is not a zombie (True where no ``/proc``)."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return True
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                fields = stat.read().rpartition(b")")[2].split()
+        except OSError:  # ended meanwhile
+            continue
+        if len(fields) > 2 and int(fields[2]) == group and fields[0] != b"Z":
+            return True
+    return False
 
 
 def release_quietly(lock: Lock) -> None:
