@@ -114,6 +114,15 @@ TAKE_CONCURRENCY = 20
 """Acquisitions in flight at once when a test takes many locks together."""
 
 
+PRIVATE_SERVERS_ONLY = pytest.mark.skipif(
+    bool(os.environ.get("REDIS_URL")) and not os.environ.get("REDLEASE_SERVER_BINARY"),
+    reason="runs on private servers whatever REDIS_URL says: the pass without it ran this",
+)
+"""For tests that never use the test server: a pass against an external server (CI's second
+one) would only repeat them, unless ``REDLEASE_SERVER_BINARY`` makes the private servers
+another kind (CI's Redis 6.2 pass)."""
+
+
 @pytest.fixture(scope="session", autouse=True)
 def ctrl_c_answered() -> Iterator[None]:
     """Ctrl-C tests need SIGINT to interrupt. A suite started in the background of a shell

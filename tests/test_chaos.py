@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import pytest
 import redis
 
-from conftest import run_redlease
+from conftest import PRIVATE_SERVERS_ONLY, run_redlease
 from redlease.chaos.checks import History, Section, count_overlaps, fence_regressions, verdict
 from redlease.chaos.detection import KeyWatch, measure, summarize
 from redlease.chaos.fault import Detects
@@ -27,9 +27,7 @@ from redlease.chaos.tail import LogTail
 
 # The scenarios below start private servers and topologies of their own whatever REDIS_URL
 # says, so the CI pass against an external server would only repeat them.
-private_only = pytest.mark.skipif(
-    bool(os.environ.get("REDIS_URL")), reason="runs on private servers; repeats the first pass"
-)
+private_only = PRIVATE_SERVERS_ONLY
 
 KEYS = {
     "overlaps",

@@ -28,6 +28,7 @@ from redis.crc import key_slot
 
 import redlease
 from conftest import (
+    PRIVATE_SERVERS_ONLY,
     RENEWAL_ROUND_TRIPS,
     allowing,
     eventually,
@@ -43,7 +44,7 @@ from redlease import Lease, LockTimeout, NotReplicated, ReleaseOutcome
 from redlease.server import EmbeddedServer, free_port
 from redlease.topology import LocalCluster
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(90)]
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(90), PRIVATE_SERVERS_ONLY]
 
 
 def node_client(node: EmbeddedServer) -> redis.Redis:

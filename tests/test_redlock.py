@@ -22,6 +22,7 @@ import redis
 
 import redlease
 from conftest import (
+    PRIVATE_SERVERS_ONLY,
     RENEWAL_ROUND_TRIPS,
     SyncLocksAdapter,
     allowing,
@@ -34,7 +35,7 @@ from redlease import ReleaseOutcome, ServerUnavailable
 from redlease.core.redlock import RECONNECT_PAUSES_S, reconnect_pause
 from redlease.server import EmbeddedServer
 
-pytestmark = [pytest.mark.redlock, pytest.mark.timeout(60)]
+pytestmark = [pytest.mark.redlock, pytest.mark.timeout(60), PRIVATE_SERVERS_ONLY]
 
 
 @pytest.fixture

@@ -20,13 +20,13 @@ import pytest
 import redis
 
 import redlease
-from conftest import SyncLocksAdapter, eventually, fence_key
+from conftest import PRIVATE_SERVERS_ONLY, SyncLocksAdapter, eventually, fence_key
 from redlease.chaos.proxy import ProxyHub
 from redlease.core.redlock import RECONNECT_PAUSES_S
 from redlease.scripts import ScriptName
 from redlease.server import EmbeddedServer
 
-pytestmark = [pytest.mark.redlock, pytest.mark.timeout(90)]
+pytestmark = [pytest.mark.redlock, pytest.mark.timeout(90), PRIVATE_SERVERS_ONLY]
 
 
 def when_run(server: EmbeddedServer, script: ScriptName, action: Callable[[], None]) -> Any:

@@ -22,14 +22,14 @@ import pytest
 import redis
 
 import redlease
-from conftest import SyncLocksAdapter, eventually, measure_round_trip
+from conftest import PRIVATE_SERVERS_ONLY, SyncLocksAdapter, eventually, measure_round_trip
 from redlease.aio.fanout import FIRST_CONTACT_S
 from redlease.chaos.proxy import Link, Mode, ProxyHub
 from redlease.core.redlock import ROUND_FLOOR_S, SILENT_MAJORITY_S, STRAGGLER_GRACE_S
 from redlease.core.withdrawal import LONGEST_PAUSE_S
 from redlease.server import EmbeddedServer
 
-pytestmark = [pytest.mark.redlock, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.redlock, pytest.mark.timeout(120), PRIVATE_SERVERS_ONLY]
 
 TTL_S = 2.0
 SOCKET_TIMEOUT_S = 5.0

@@ -22,6 +22,7 @@ import redis.asyncio.sentinel
 import redis.sentinel
 
 from conftest import (
+    PRIVATE_SERVERS_ONLY,
     allowing,
     eventually,
     held_with_a_waiter,
@@ -32,7 +33,7 @@ from conftest import (
 from redlease import NotReplicated, ReleaseOutcome
 from redlease.topology import LocalSentinel
 
-pytestmark = [pytest.mark.sentinel, pytest.mark.timeout(60)]
+pytestmark = [pytest.mark.sentinel, pytest.mark.timeout(60), PRIVATE_SERVERS_ONLY]
 
 SOCKET_TIMEOUT = 1.0
 REPLICA_TIMEOUT = 0.3

@@ -9,7 +9,6 @@ figures are in docs/soak.md.
 from __future__ import annotations
 
 import json
-import os
 import random
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from conftest import PRIVATE_SERVERS_ONLY
 from redlease.chaos.checks import Section, count_overlaps
 from redlease.chaos.soak_checks import (
     Injection,
@@ -87,9 +87,7 @@ def _assert_safe_and_clean(report: dict[str, Any], workers: int, acquisitions: i
     assert keys["fence"] <= report["settings"]["names"]
 
 
-@pytest.mark.skipif(
-    bool(os.environ.get("REDIS_URL")), reason="runs on private servers; repeats the first pass"
-)
+@PRIVATE_SERVERS_ONLY
 @pytest.mark.timeout(SMALL_SOAK_DEADLINE + 30)
 def test_small_soak_under_every_fault_loses_nothing_and_leaks_nothing() -> None:
     report = _soak(

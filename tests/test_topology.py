@@ -16,9 +16,12 @@ import redis
 from redis.cluster import RedisCluster
 from redis.sentinel import Sentinel
 
+from conftest import PRIVATE_SERVERS_ONLY
 from redlease.server import EmbeddedServer
 from redlease.testing import SentinelFactory
 from redlease.topology import LocalCluster, LocalSentinel, TopologyError, TopologyUnsupported
+
+pytestmark = PRIVATE_SERVERS_ONLY
 
 T = TypeVar("T")
 
