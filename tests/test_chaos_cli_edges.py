@@ -113,12 +113,17 @@ def test_the_warm_up_leaves_at_least_one_acquisition_to_sample() -> None:
 
 
 @pytest.fixture
-def silent_server() -> Iterator[str]:
+def silent_listener() -> Iterator[socket.socket]:
     """A port that accepts connections and never replies."""
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen(50)
-        yield f"redis://127.0.0.1:{listener.getsockname()[1]}/0"
+        yield listener
+
+
+@pytest.fixture
+def silent_server(silent_listener: socket.socket) -> str:
+    return f"redis://127.0.0.1:{silent_listener.getsockname()[1]}/0"
 
 
 @pytest.mark.parametrize(
@@ -163,11 +168,13 @@ def test_soak_says_a_server_that_never_replies_is_unreachable(silent_server: str
 
 
 def test_soak_stopped_while_it_probes_the_server_says_interrupted(
-    silent_server: str, tmp_path: Path
+    silent_listener: socket.socket, silent_server: str, tmp_path: Path
 ) -> None:
     process = _start([*SOAK, "--workers", "1", "--url", silent_server], tmp_path)
-    time.sleep(1.0)  # python is up and the probe waits for the silent server
-    stderr = _stop_with(process, signal.SIGTERM)
+    silent_listener.settimeout(30)
+    probe, _ = silent_listener.accept()  # python is up and the probe waits for the server
+    with probe:
+        stderr = _stop_with(process, signal.SIGTERM)
     assert process.returncode == 130, stderr
     assert "interrupted" in stderr
     assert "Traceback" not in stderr
