@@ -391,6 +391,41 @@ async def test_waiters_are_handed_the_lock_after_their_slots_master_crashes(
         await asyncio.to_thread(cluster.wait_until_ok, 20)
 
 
+@pytest.mark.timeout(150)
+async def test_waiters_are_handed_the_lock_after_their_slots_master_freezes(
+    make_cluster_locks, cluster, prefix, round_trip
+):
+    """A master that is paused or cut off, not crashed, keeps the waiter's wake-up
+    connection open and silent. The waiter's unanswered PING makes it ask where its slot
+    lives now: the release after the failover hands it the lock within seconds, not at the
+    end of its wait."""
+    key = f"{prefix}:{{tips}}"
+    frozen = cluster.master_for_key(key)
+    holder, waiting, lease, waiter = await held_with_a_waiter(
+        make_cluster_locks, "tips", 30, 60, {"ttl": 30}
+    )
+    with node_client(frozen) as client:
+        assert await eventually(lambda: client.llen(f"{key}:queue") == 1, 5)
+        assert replicas_caught_up(client, key, 1, 5000) == 1, (
+            "the replica has the grant and the queue"
+        )
+    frozen.pause()
+    try:
+        await asyncio.to_thread(cluster.wait_until_ok, 40)
+        assert cluster.master_for_key(key) is not frozen
+        # the holder's client may still send its release to the paused master first
+        assert await holder.lock("tips").release() is ReleaseOutcome.RELEASED
+        released_at = time.monotonic()
+        handed = await asyncio.wait_for(waiter, 40)
+        waited = time.monotonic() - released_at
+        assert waited < allowing(round_trip, quiet=5.0), f"the hand-off took {waited:.2f} s"
+        assert handed.fence > lease.fence
+        assert await waiting.lock("tips", owner="w").release() is ReleaseOutcome.RELEASED
+    finally:
+        frozen.resume()
+        await asyncio.to_thread(cluster.wait_until_ok, 30)
+
+
 @pytest.mark.timeout(180)
 async def test_two_waiters_of_one_client_are_handed_the_lock_in_turn_after_a_master_crash(
     make_cluster_locks, cluster, prefix, round_trip, flavor

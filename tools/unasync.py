@@ -31,6 +31,7 @@ GENERATED = (
     "redlock.py",
     "renewer.py",
     "scripts.py",
+    "waiter.py",
 )
 HEADER = "# Generated from redlease/aio/{name} by tools/unasync.py; edit that file instead.\n"
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from redlease.aio._flavor import check_cancelled
-from redlease.aio.notify import AsyncNotifier, AsyncWaiter
+from redlease.aio.notify import AsyncNotifier
 from redlease.aio.scripts import Scripts
+from redlease.aio.waiter import AsyncWaiter
 from redlease.compat import ResponseErrors
 from redlease.core.ops import RunScript, Subscribe
 from redlease.core.protocol import NETWORK_ERRORS, Flow, refused

@@ -12,7 +12,7 @@ from redlease.aio._flavor import Wakeup, Worker
 from redlease.aio._read_turn import ReadTurn, read_within
 from redlease.compat import ResponseErrors
 from redlease.core.protocol import NETWORK_ERRORS, Clock
-from redlease.core.subscriptions import PubSubCommands
+from redlease.core.subscriptions import PubSubCommands, Pulse
 
 logger = logging.getLogger("redlease")
 SENTINEL_LINK = "sentinel"
@@ -27,7 +27,7 @@ LINK_ERRORS: tuple[type[BaseException], ...] = (*NETWORK_ERRORS, ConnectionError
 class AsyncLink:
     """The pub/sub connection to one node, and the channels subscribed on it."""
 
-    def __init__(self, name: str, connect: Callable[[], Any]) -> None:
+    def __init__(self, name: str, connect: Callable[[], Any], now: float) -> None:
         self.name = name
         self.connect = connect
         self.connection: Any = None  # redis-py's connection classes are untyped
@@ -36,6 +36,14 @@ class AsyncLink:
         self.turn = ReadTurn()
         self.stale = False
         """Set when the server moved: the reader must reconnect and resubscribe."""
+        self.pulse = Pulse(now)
+        self.looking = False
+        """Set while a waiter asks the cluster where this silent link's slots went."""
+
+    def watched(self) -> bool:
+        """Whether waiters look at this link's :attr:`pulse`: a cluster node's link. (A plain
+        server has no other node to go to, and sentinels announce their failovers.)"""
+        return self.name not in (MAIN_LINK, SENTINEL_LINK)
 
     async def read_until(
         self,
@@ -60,6 +68,7 @@ class AsyncLink:
                     await refused(exc)
                     continue
                 if reply is not None:
+                    self.pulse.heard(clock())
                     await dispatch(reply)
         except LINK_ERRORS:
             # the reader reconnects, subscribes again and wakes every waiter (a broken
@@ -76,6 +85,13 @@ class AsyncLink:
             raise
         self.turn.give()
         return 0.0
+
+    async def ping(self) -> None:
+        """Ask the node for a sign of life (the answer counts as heard, as any push does)."""
+        try:
+            await self.connection.send_command("PING")
+        except NETWORK_ERRORS:
+            logger.debug("PING to %s failed; its reader reconnects", self.name)
 
     async def resubscribed(self, commands: PubSubCommands) -> bool:
         """A new connection with every channel subscribed again; False if it failed."""

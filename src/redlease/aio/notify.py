@@ -8,7 +8,8 @@ confirmation, so a hand-off published after ``subscribe`` returns cannot be miss
 connection drops, its reader reconnects (on a cluster: to the node that owns each
 channel's slot now), resubscribes and wakes every waiter it carried, so each tries again
 (a message may have been lost meanwhile). A server that unsubscribes us itself (its slot
-moved away) gets its channels subscribed where the slot lives now.
+moved away) gets its channels subscribed where the slot lives now, and so does a cluster
+node that stays silent while its waiters wait (paused or cut off, see ``look_at_link``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from typing import Any
 from redlease.aio._flavor import (
     Flag,
     Guard,
-    Wakeup,
     Worker,
     master_moved,
     node_of,
@@ -31,10 +31,11 @@ from redlease.aio._flavor import (
 )
 from redlease.aio._read_turn import read_push
 from redlease.aio.links import LINK_ERRORS, MAIN_LINK, SENTINEL_LINK, SWITCH_MASTER, AsyncLink
+from redlease.aio.waiter import AsyncWaiter
 from redlease.compat import ResponseErrors
 from redlease.core.ops import Claim
-from redlease.core.protocol import NETWORK_ERRORS, Clock, Handoff
-from redlease.core.subscriptions import PubSubCommands, classify, refusal
+from redlease.core.protocol import NETWORK_ERRORS, Clock
+from redlease.core.subscriptions import PING_WHEN_QUIET_S, PubSubCommands, classify, refusal
 from redlease.core.waiters import WaiterBook
 from redlease.errors import ServerRefused
 
@@ -43,32 +44,6 @@ CONFIRM_TIMEOUT_S = 10.0
 STRAY_WINDOW_S = 1.0  # how long the reader watches after a waiter left, for late hand-offs
 RECONNECT_DELAYS = (0.05, 0.1, 0.2, 0.5) + (1.0,) * 60
 """About a minute of attempts before the notifier gives up (waiters still wake on TTL)."""
-
-
-class AsyncWaiter:
-    """One wait: for the hand-off to ``claim``'s token on the client's channel, or (no claim)
-    for any message on a broadcast channel."""
-
-    def __init__(self, notifier: AsyncNotifier, channel: str, claim: Claim | None) -> None:
-        self.notifier = notifier
-        self.channel = channel
-        self.claim = claim
-        self.wakeup = Wakeup()
-        self.handoff: Handoff | None = None
-
-    async def wait(self, seconds: float) -> Handoff | None:
-        """Sleep until a hand-off arrives or ``seconds`` pass; the hand-off, if any."""
-        left = await self.notifier.read_for(self, seconds)
-        if left > 0:
-            await self.wakeup.wait(left)
-        else:
-            self.wakeup.clear()
-        return self.handoff
-
-    async def close(self, settled: bool = False) -> None:
-        """Stop waiting; ``settled``: the wait ended with the lock, so no hand-off can
-        still come for it."""
-        await self.notifier.leave(self, settled)
 
 
 class AsyncNotifier:
@@ -80,7 +55,7 @@ class AsyncNotifier:
         on_stray: Callable[[Claim], None] | None = None,
     ) -> None:
         self._client = client
-        self._clock = clock
+        self.clock = clock
         self._commands = commands
         self._unsubscribe = "UNSUBSCRIBE"  # or SUNSUBSCRIBE: learnt when subscribing
         self._on_stray = on_stray
@@ -234,7 +209,7 @@ class AsyncNotifier:
     async def _linked(self, name: str, connect: Callable[[], Any]) -> AsyncLink:
         link = self._links.get(name)
         if link is None:
-            link = self._links[name] = AsyncLink(name, connect)
+            link = self._links[name] = AsyncLink(name, connect, self.clock())
         if link.connection is None:
             connection = link.connect()
             prepare_pubsub(connection)
@@ -272,6 +247,7 @@ class AsyncNotifier:
         except LINK_ERRORS:
             return not self._closing and await self._reconnect(link)
         if reply is not None:
+            link.pulse.heard(self.clock())
             await self._dispatch(reply)
         return True
 
@@ -284,21 +260,44 @@ class AsyncNotifier:
                 link.turn.wake()
             return seconds
         return await link.read_until(
-            waiter.wakeup, seconds, self._clock, self._dispatch, self._refused
+            waiter.wakeup, seconds, self.clock, self._dispatch, self._refused
         )
+
+    def looks_every(self, channel: str) -> float:
+        """How often a waiter on ``channel`` looks at its link (see :meth:`look_at_link`)."""
+        link = self._link_of.get(channel)
+        return PING_WHEN_QUIET_S if link is not None and link.watched() else float("inf")
+
+    async def look_at_link(self, channel: str) -> None:
+        """PING a quiet cluster link; when one stays silent, its channels whose slots have
+        a new owner now move there and their waiters wake to try again (a release on the
+        new owner found no one listening)."""
+        link = self._link_of.get(channel)
+        if link is None or link.looking or link.connection is None:
+            return
+        due = link.pulse.due(self.clock())
+        if due == "ping":
+            async with self._guard:
+                await link.ping()
+        elif due == "silent":
+            link.looking = True
+            try:
+                await self._moved_away(link)
+            finally:
+                link.looking = False
 
     def _reader_needed(self, link: AsyncLink) -> bool:
         """Whether the reader must watch ``link`` (else it parks until woken). Always, but
         on a plain server's link with no waiter besides one reading for itself, no
         subscription to confirm and no hand-off that may reach a waiter that left."""
-        if link.name != MAIN_LINK or self._clock() < self._stray_until:
+        if link.name != MAIN_LINK or self.clock() < self._stray_until:
             return True
         if any(flag.pending() for flag in self._confirmed.values()):
             return True
         return len(self._book) > link.turn.direct_readers()
 
     def _expect_strays(self, channel: str) -> None:
-        self._stray_until = self._clock() + STRAY_WINDOW_S
+        self._stray_until = self.clock() + STRAY_WINDOW_S
         link = self._link_of.get(channel)
         if link is not None:
             link.turn.wake()
@@ -320,7 +319,7 @@ class AsyncNotifier:
                 if (flag := self._confirmed.get(push.channel)) is not None:
                     flag.set()
                 return
-            delivery = self._book.deliver(push.channel, push.payload, self._clock())
+            delivery = self._book.deliver(push.channel, push.payload, self.clock())
             for waiter in delivery.woken:
                 waiter.handoff = delivery.handoff
                 waiter.wakeup.set()
@@ -358,7 +357,6 @@ class AsyncNotifier:
         """Reconnect with bounded backoff, resubscribe, and wake everyone to try again. A
         cluster node that stays down gives its channels to their slots' new owners, and their
         waiters retry (a release meanwhile skipped them; a dead node grants nothing)."""
-        moving: set[str] = set()  # every channel of the link, also those moved in earlier passes
         for delay in RECONNECT_DELAYS:
             async with self._guard:
                 if link.connection is None or self._closing:
@@ -366,10 +364,7 @@ class AsyncNotifier:
                 if await link.resubscribed(await self._commands()):
                     self._wake(link.channels)
                     return True
-            moving |= link.channels
-            if link.name not in (MAIN_LINK, SENTINEL_LINK) and await self._moved_away(link):
-                async with self._guard:
-                    self._wake(moving)  # a release while they moved found no one listening
+            if link.watched() and await self._moved_away(link):
                 return False
             await sleep(delay)
         async with self._guard:
@@ -383,16 +378,21 @@ class AsyncNotifier:
         return False
 
     async def _moved_away(self, link: AsyncLink) -> bool:
-        """Give a dead cluster node's channels to their slots' owners; True once none is left."""
+        """Give a dead or silent cluster node's channels to their slots' owners, waking their
+        waiters (a release there found no one listening); True once none is left."""
+        before = set(link.channels)
         try:
             await self._rehome(list(link.channels), dead=link)
         except NETWORK_ERRORS:
             logger.debug("could not move the channels of %s yet", link.name)
-        if link.channels:
-            return False
         async with self._guard:
+            self._wake(before - link.channels)
+            if link.channels:
+                return False
             self._links.pop(link.name, None)
-            link.connection = None
+            connection, link.connection = link.connection, None
+            if connection is not None:  # a silent node's: it ends the reader's read
+                await connection.disconnect()
         return True
 
     def _wake(self, channels: set[str]) -> None:

@@ -82,3 +82,36 @@ def classify(reply: object) -> Push | None:
     if kind.encode() in MOVED_KINDS:
         return Push("moved", channel, payload)
     return None
+
+
+PING_WHEN_QUIET_S = 1.0
+"""A cluster link with waiters that heard nothing this long is sent a PING."""
+ANSWER_WITHIN_S = 1.0
+"""A PING unanswered this long marks the link silent: its node may be paused or cut off."""
+
+
+class Pulse:
+    """Whether a pub/sub link still answers, from when it last said anything.
+
+    A node that crashes breaks its connections, and the reader learns of it. One that is
+    paused or cut off keeps them open and silent, while the cluster may fail its slots over:
+    the waiters would hear of no release until their wait ends. A waiter that wakes up
+    to look asks :meth:`due` what to do.
+    """
+
+    def __init__(self, now: float) -> None:
+        self._heard = now
+        self._pinged: float | None = None
+
+    def heard(self, now: float) -> None:
+        self._heard = now
+        self._pinged = None
+
+    def due(self, now: float) -> str:
+        """``"ping"`` (and it counts as sent), ``"silent"``, or ``""`` for nothing to do."""
+        if self._pinged is None:
+            if now - self._heard < PING_WHEN_QUIET_S:
+                return ""
+            self._pinged = now
+            return "ping"
+        return "silent" if now - self._pinged >= ANSWER_WITHIN_S else ""

@@ -15,8 +15,9 @@ from redlease.core.ops import RunScript, Subscribe
 from redlease.core.protocol import NETWORK_ERRORS, Flow, refused
 from redlease.core.replication import ReplicaShortfall
 from redlease.sync._flavor import check_cancelled
-from redlease.sync.notify import Notifier, Waiter
+from redlease.sync.notify import Notifier
 from redlease.sync.scripts import Scripts
+from redlease.sync.waiter import Waiter
 
 FLOW_ERRORS: tuple[type[BaseException], ...] = (*NETWORK_ERRORS, ReplicaShortfall)
 """Errors of an operation that its flow decides about (thrown into it)."""

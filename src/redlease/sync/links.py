@@ -11,7 +11,7 @@ from typing import Any
 
 from redlease.compat import ResponseErrors
 from redlease.core.protocol import NETWORK_ERRORS, Clock
-from redlease.core.subscriptions import PubSubCommands
+from redlease.core.subscriptions import PubSubCommands, Pulse
 from redlease.sync._flavor import Wakeup, Worker
 from redlease.sync._read_turn import ReadTurn, read_within
 
@@ -28,7 +28,7 @@ LINK_ERRORS: tuple[type[BaseException], ...] = (*NETWORK_ERRORS, ConnectionError
 class Link:
     """The pub/sub connection to one node, and the channels subscribed on it."""
 
-    def __init__(self, name: str, connect: Callable[[], Any]) -> None:
+    def __init__(self, name: str, connect: Callable[[], Any], now: float) -> None:
         self.name = name
         self.connect = connect
         self.connection: Any = None  # redis-py's connection classes are untyped
@@ -37,6 +37,14 @@ class Link:
         self.turn = ReadTurn()
         self.stale = False
         """Set when the server moved: the reader must reconnect and resubscribe."""
+        self.pulse = Pulse(now)
+        self.looking = False
+        """Set while a waiter asks the cluster where this silent link's slots went."""
+
+    def watched(self) -> bool:
+        """Whether waiters look at this link's :attr:`pulse`: a cluster node's link. (A plain
+        server has no other node to go to, and sentinels announce their failovers.)"""
+        return self.name not in (MAIN_LINK, SENTINEL_LINK)
 
     def read_until(
         self,
@@ -61,6 +69,7 @@ class Link:
                     refused(exc)
                     continue
                 if reply is not None:
+                    self.pulse.heard(clock())
                     dispatch(reply)
         except LINK_ERRORS:
             # the reader reconnects, subscribes again and wakes every waiter (a broken
@@ -77,6 +86,13 @@ class Link:
             raise
         self.turn.give()
         return 0.0
+
+    def ping(self) -> None:
+        """Ask the node for a sign of life (the answer counts as heard, as any push does)."""
+        try:
+            self.connection.send_command("PING")
+        except NETWORK_ERRORS:
+            logger.debug("PING to %s failed; its reader reconnects", self.name)
 
     def resubscribed(self, commands: PubSubCommands) -> bool:
         """A new connection with every channel subscribed again; False if it failed."""
