@@ -20,6 +20,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from redlease.aio._flavor import (
     INTERRUPTIONS,
+    Guard,
     current_loop,
     fire,
     forget_connections,
@@ -93,6 +94,9 @@ class AsyncEngine(AsyncClient):
         self._renewer = AsyncRenewer(self)
         self._hooks = combine(hooks)
         self._watching = False
+        self._setting_up = Guard()
+        """Held while the first call looks at the server (and maybe switches to a cluster
+        client): calls that start together wait for it instead of each doing it."""
         self._ready_publish: str | None = None
         """The publish command once :meth:`_commands` has run: later acquires skip the call."""
         self._background = self._new_background()
@@ -114,6 +118,7 @@ class AsyncEngine(AsyncClient):
         )
         self._renewer = AsyncRenewer(self)
         self._watching = False
+        self._setting_up = Guard()
         self._ready_publish = None
         self._background = self._new_background()
 
@@ -168,10 +173,12 @@ class AsyncEngine(AsyncClient):
         self._refuse_if_closed()
         await self._on_this_loop()
         if not self._watching:
-            await self._follow_a_cluster()
-            await self._notifier.watch_master()
-            await self._warn_if_evicting()
-            self._watching = True
+            async with self._setting_up:
+                if not self._watching:
+                    await self._follow_a_cluster()
+                    await self._notifier.watch_master()
+                    await self._warn_if_evicting()
+                    self._watching = True
         if self._pubsub_commands is None:
             try:
                 await self.client.spublish(f"{self.prefix}:{{probe}}:wake", "")

@@ -46,6 +46,7 @@ from redlease.errors import InvalidArgument, LockError, ServerUnavailable
 from redlease.keys import DEFAULT_PREFIX, LockKeys, ttl_to_ms
 from redlease.sync._flavor import (
     INTERRUPTIONS,
+    Guard,
     current_loop,
     fire,
     forget_connections,
@@ -94,6 +95,9 @@ class Engine(Client):
         self._renewer = Renewer(self)
         self._hooks = combine(hooks)
         self._watching = False
+        self._setting_up = Guard()
+        """Held while the first call looks at the server (and maybe switches to a cluster
+        client): calls that start together wait for it instead of each doing it."""
         self._ready_publish: str | None = None
         """The publish command once :meth:`_commands` has run: later acquires skip the call."""
         self._background = self._new_background()
@@ -113,6 +117,7 @@ class Engine(Client):
         self._notifier = Notifier(self.client, self._commands, self._clock, self._give_back_stray)
         self._renewer = Renewer(self)
         self._watching = False
+        self._setting_up = Guard()
         self._ready_publish = None
         self._background = self._new_background()
 
@@ -167,10 +172,12 @@ class Engine(Client):
         self._refuse_if_closed()
         self._on_this_loop()
         if not self._watching:
-            self._follow_a_cluster()
-            self._notifier.watch_master()
-            self._warn_if_evicting()
-            self._watching = True
+            with self._setting_up:
+                if not self._watching:
+                    self._follow_a_cluster()
+                    self._notifier.watch_master()
+                    self._warn_if_evicting()
+                    self._watching = True
         if self._pubsub_commands is None:
             try:
                 self.client.spublish(f"{self.prefix}:{{probe}}:wake", "")
