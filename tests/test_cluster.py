@@ -16,8 +16,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
+import random
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -42,6 +44,7 @@ from conftest import (
 )
 from redlease import Lease, LockTimeout, NotReplicated, ReleaseOutcome
 from redlease.server import EmbeddedServer, free_port
+from redlease.sync._flavor import refresh_topology
 from redlease.topology import LocalCluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(90), PRIVATE_SERVERS_ONLY]
@@ -426,6 +429,53 @@ async def test_waiters_are_handed_the_lock_after_their_slots_master_freezes(
         await asyncio.to_thread(cluster.wait_until_ok, 30)
 
 
+@pytest.mark.timeout(120)
+async def test_a_waiter_behind_a_silent_cluster_ends_by_its_timeout(
+    make_cluster_locks, cluster, prefix, round_trip
+):
+    """A waiter that finds its wake-up connection silent has the client ask where the
+    slots went, which waits on silent nodes for the client's socket timeout (5 s). That
+    runs in the background: with every node paused, a waiter whose time runs out meanwhile
+    still ends within about a second of its timeout (it was held up by the asking)."""
+    timeout = 3.0
+    began = time.monotonic()
+    *_, waiter = await held_with_a_waiter(make_cluster_locks, "hush", 30, timeout, {"ttl": 30})
+    for node in cluster.nodes:
+        node.pause()
+    try:
+        with pytest.raises((LockTimeout, redlease.ServerUnavailable)):
+            await asyncio.wait_for(waiter, 60)
+        took = time.monotonic() - began
+    finally:
+        for node in cluster.nodes:
+            node.resume()
+        await asyncio.to_thread(cluster.wait_until_ok, 30)
+    assert took < timeout + 1 + allowing(round_trip, quiet=1.0), f"it ended after {took:.2f} s"
+
+
+def test_a_slot_map_refresh_asks_a_silent_node_last(cluster, monkeypatch):
+    """Asking a paused node for the slot map waits out the socket timeout; the refresh
+    made when a node is found silent asks it last. (The node is put first in the client's
+    startup nodes and redis-py's shuffle of them is fixed, so it would be asked first.)"""
+    client = redis.cluster.RedisCluster.from_url(cluster.url, socket_timeout=3)
+    silent = cluster.masters()[0]
+    startup = client.nodes_manager.startup_nodes
+    name = next(node for node in startup if node.endswith(f":{silent.port}"))
+    for other in [node for node in startup if node != name]:
+        startup[other] = startup.pop(other)
+    monkeypatch.setattr(random, "shuffle", lambda nodes: None)
+    silent.pause()
+    try:
+        started = time.monotonic()
+        refresh_topology(client, avoid=name)
+        took = time.monotonic() - started
+    finally:
+        silent.resume()
+        client.close()
+        cluster.wait_until_ok(30)
+    assert took < 1.5, f"the refresh took {took:.2f} s"
+
+
 @pytest.mark.timeout(180)
 async def test_two_waiters_of_one_client_are_handed_the_lock_in_turn_after_a_master_crash(
     make_cluster_locks, cluster, prefix, round_trip, flavor
@@ -581,6 +631,38 @@ async def test_a_cluster_node_url_without_cluster_true_is_followed(cluster, pref
         await asyncio.to_thread(lambda: [sync_locks.lock(n, owner="test").release() for n in names])
         sync_locks.close()
     assert [lease.fence for lease in leases] == [1] * len(names)
+
+
+async def test_first_calls_at_once_on_a_client_made_from_a_node_url(
+    make_locks, cluster, prefix, flavor
+):
+    """A client made from one node's URL, without ``cluster=True``, finds the cluster at its
+    first use and switches to a cluster client. Calls that start together all wait for
+    that switch: each used to make it on its own, closing the client the others were in
+    the middle of using (``ServerUnavailable``: connection lost, bad file descriptor)."""
+    names = [f"first-{number}" for number in range(9)]
+    locks = await make_locks(cluster.masters()[0].url, prefix=prefix)
+    if flavor == "async":
+
+        async def take(name: str) -> Lease | None:
+            lock = locks.lock(name, ttl=30, owner="o")
+            lease = await lock.try_acquire()
+            await lock.release()
+            return lease
+
+        leases = await asyncio.gather(*(take(name) for name in names))
+    else:
+        plain = locks.locks
+
+        def take_in_thread(name: str) -> Lease | None:
+            lock = plain.lock(name, ttl=30)
+            lease = lock.try_acquire()
+            lock.release()
+            return lease
+
+        with ThreadPoolExecutor(len(names)) as pool:
+            leases = await asyncio.to_thread(lambda: list(pool.map(take_in_thread, names)))
+    assert all(lease is not None for lease in leases)
 
 
 def test_a_plain_client_on_a_cluster_node_gets_a_clear_error(cluster, prefix):

@@ -194,3 +194,38 @@ async def _slow_subscription_times_out(locks, other, link, flavor) -> None:
     assert time.monotonic() - started < 2.0
     link.set()
     await theirs.release()
+
+
+@pytest.mark.timeout(90)
+async def test_a_waiter_whose_channel_permission_is_revoked_is_told_and_heals(
+    make_locks, redlease_servers_factory
+):
+    """Revoking a user's channel permission makes the server drop its pub/sub connection.
+    The reconnect subscribes again and the server refuses: the waiter must hear of it
+    (``ServerRefused`` naming the permission), not wait out the holder's lease deaf; and
+    once the permission is back, the client's next wait is woken by the release again
+    (its channel was believed subscribed, so nothing subscribed it again)."""
+    (server,) = redlease_servers_factory(1)
+    admin = redis.Redis(port=server.port)
+    admin.execute_command("ACL", "SETUSER", "waiter", "on", ">pw", "~*", "&*", "+@all")
+    holder = await make_locks(server.url)
+    waiting = await make_locks(f"redis://waiter:pw@127.0.0.1:{server.port}/0")
+    held = holder.lock("job", ttl=30, owner="holder")
+    await held.acquire()
+    waiter = asyncio.create_task(waiting.lock("job", owner="w").acquire(timeout=60))
+    await until(lambda: len(waiting._notifier.channels()) == 1)
+    admin.execute_command("ACL", "SETUSER", "waiter", "resetchannels")
+    with pytest.raises(redlease.ServerRefused, match="permission"):
+        await asyncio.wait_for(waiter, 20)
+
+    admin.execute_command("ACL", "SETUSER", "waiter", "&*")
+    waiter = asyncio.create_task(waiting.lock("job", owner="w").acquire(timeout=60))
+    await until(lambda: admin.llen(held.keys.queue) == 1)
+    await held.release()
+    released_at = time.monotonic()
+    lease = await asyncio.wait_for(waiter, 40)
+    waited = time.monotonic() - released_at
+    assert waited < max(2.0, 50 * round_trip(admin)), f"woken {waited:.2f} s after the release"
+    await waiting.lock("job", owner="w").release()
+    assert lease.fence > 0
+    admin.close()

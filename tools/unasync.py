@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent / "src" / "redlease"
 GENERATED = (
     "background.py",
     "client.py",
+    "confirmations.py",
     "driver.py",
     "engine.py",
     "family.py",

@@ -144,3 +144,20 @@ def check_client(client: Any, *, asyncio: bool, user: str | None = None) -> None
             f"{type(client).__qualname__}); use redlease.{other} with it, or give {wanted} "
             f"a {'redis.asyncio.Redis' if asyncio else 'redis.Redis'} (or a URL)"
         )
+
+
+def asking_last(nodes_manager: Any, name: str | None) -> dict[str, str]:
+    """How a cluster client's slot-map refresh asks the node ``name`` last: a node that may
+    be silent (paused, cut off) holds a refresh that asks it first for the whole socket
+    timeout. redis-py takes the node's name for that since mid-2026
+    (``last_failed_node_name``); before, it asked its startup nodes in order, so the node
+    moves to the end of them."""
+    if name is None:
+        return {}
+    if "last_failed_node_name" in inspect.signature(nodes_manager.initialize).parameters:
+        return {"last_failed_node_name": name}
+    startup = nodes_manager.startup_nodes
+    node = startup.pop(name, None)
+    if node is not None:
+        startup[name] = node
+    return {}

@@ -13,7 +13,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from redlease.compat import AsyncClusterClients, library_of
+from redlease.compat import AsyncClusterClients, asking_last, library_of
 from redlease.core.lease import Lease, LostCallback, run_callbacks
 from redlease.core.owner import Owner
 from redlease.errors import InvalidArgument, LockError
@@ -104,6 +104,9 @@ class Flag:
     def pending(self) -> bool:
         return not self._event.is_set()
 
+    def refused(self) -> bool:
+        return self._error is not None
+
     async def wait(self, timeout: float) -> bool:
         """True once set, False after ``timeout``; raises the error it failed with."""
         done = await _wait_event(self._event, timeout)
@@ -173,9 +176,11 @@ def _node_clients_of(client: Any) -> dict[str, Any]:
     return made[1]
 
 
-async def refresh_topology(client: Any) -> None:
+async def refresh_topology(client: Any, avoid: str | None = None) -> None:
+    """Read a cluster client's slot map again; ``avoid``: a node that may be silent."""
     if is_cluster(client):
-        await client.nodes_manager.initialize()
+        manager = client.nodes_manager
+        await manager.initialize(**asking_last(manager, avoid))
 
 
 async def master_moved(client: Any) -> bool:

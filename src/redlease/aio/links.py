@@ -8,7 +8,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from redlease.aio._flavor import Wakeup, Worker
+from redlease.aio._flavor import Guard, Wakeup, Worker
 from redlease.aio._read_turn import ReadTurn, read_within
 from redlease.compat import ResponseErrors
 from redlease.core.protocol import NETWORK_ERRORS, Clock
@@ -37,8 +37,8 @@ class AsyncLink:
         self.stale = False
         """Set when the server moved: the reader must reconnect and resubscribe."""
         self.pulse = Pulse(now)
-        self.looking = False
-        """Set while a waiter asks the cluster where this silent link's slots went."""
+        self.mover: Worker | None = None
+        """Moves the channels of this link, found silent, to their slots' new owners."""
 
     def watched(self) -> bool:
         """Whether waiters look at this link's :attr:`pulse`: a cluster node's link. (A plain
@@ -85,6 +85,32 @@ class AsyncLink:
             raise
         self.turn.give()
         return 0.0
+
+    async def look(
+        self, now: float, guard: Guard, move: Callable[[AsyncLink], Awaitable[bool]]
+    ) -> None:
+        """PING this link when it has been quiet; once it stays silent, start ``move``."""
+        if self.connection is None or self.moving():
+            return
+        due = self.pulse.due(now)
+        if due == "ping":
+            async with guard:
+                await self.ping()
+        elif due == "silent":
+            self.move_in_background(move)
+
+    def moving(self) -> bool:
+        return self.mover is not None and self.mover.alive()
+
+    def move_in_background(self, move: Callable[[AsyncLink], Awaitable[bool]]) -> None:
+        """Start ``move`` (of this silent link's channels), unless one is running."""
+        if self.moving():
+            return
+
+        async def run() -> None:
+            await move(self)
+
+        self.mover = Worker(run, f"redlease-move-{self.name}")
 
     async def ping(self) -> None:
         """Ask the node for a sign of life (the answer counts as heard, as any push does)."""

@@ -20,7 +20,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from redlease.aio._flavor import (
-    Flag,
     Guard,
     Worker,
     master_moved,
@@ -30,6 +29,7 @@ from redlease.aio._flavor import (
     sleep,
 )
 from redlease.aio._read_turn import read_push
+from redlease.aio.confirmations import Confirmations
 from redlease.aio.links import LINK_ERRORS, MAIN_LINK, SENTINEL_LINK, SWITCH_MASTER, AsyncLink
 from redlease.aio.waiter import AsyncWaiter
 from redlease.compat import ResponseErrors
@@ -61,7 +61,7 @@ class AsyncNotifier:
         self._on_stray = on_stray
         """Told of a hand-off that reached a waiter that had left: the client gives it back."""
         self._book: WaiterBook[AsyncWaiter] = WaiterBook()
-        self._confirmed: dict[str, Flag] = {}
+        self._confirmed = Confirmations()
         self._links: dict[str, AsyncLink] = {}
         self._link_of: dict[str, AsyncLink] = {}
         self._closing = False
@@ -77,8 +77,7 @@ class AsyncNotifier:
 
     def listening(self, channel: str) -> bool:
         """Whether ``channel`` is subscribed and confirmed (waiting on it needs no I/O)."""
-        flag = self._confirmed.get(channel)
-        return flag is not None and not flag.pending()
+        return self._confirmed.listening(channel)
 
     def connections(self) -> int:
         """Open pub/sub connections (one per node that carries a waiting channel)."""
@@ -99,19 +98,18 @@ class AsyncNotifier:
         commands = await self._commands()
         self._unsubscribe = commands.unsubscribe
         async with self._guard:
-            if self._book.add(waiter) or channel not in self._confirmed:
-                self._confirmed[channel] = Flag()
+            if self._confirmed.expect(channel, new=self._book.add(waiter)):
                 try:
                     link = await self._subscribed_link(channel, commands.subscribe)
                 except NETWORK_ERRORS:
                     self._book.remove(waiter)
                     self._book.forget(channel)
-                    self._confirmed.pop(channel, None)
+                    self._confirmed.forget(channel)
                     raise
                 link.channels.add(channel)
                 self._link_of[channel] = link
                 link.turn.wake()
-            confirmed = self._confirmed[channel]
+            confirmed = self._confirmed.answer(channel)
         try:
             ok = await confirmed.wait(min(timeout, CONFIRM_TIMEOUT_S))
         except ResponseErrors as exc:
@@ -147,7 +145,7 @@ class AsyncNotifier:
                 self._expect_strays(waiter.channel)
             if not self._book.remove(waiter, settled):
                 return
-            self._confirmed.pop(waiter.channel, None)
+            self._confirmed.forget(waiter.channel)
             link = self._link_of.pop(waiter.channel, None)
             if link is None:
                 return
@@ -162,9 +160,10 @@ class AsyncNotifier:
         self._closing = True
         for link in list(self._links.values()):
             link.turn.close()
-            if link.reader is not None:
-                await link.reader.stop()
-                link.reader = None
+            for worker in (link.reader, link.mover):
+                if worker is not None:
+                    await worker.stop()
+            link.reader = link.mover = None
         async with self._guard:
             for link in self._links.values():
                 if link.connection is not None:
@@ -270,21 +269,12 @@ class AsyncNotifier:
 
     async def look_at_link(self, channel: str) -> None:
         """PING a quiet cluster link; when one stays silent, its channels whose slots have
-        a new owner now move there and their waiters wake to try again (a release on the
-        new owner found no one listening)."""
+        a new owner move there and their waiters wake to try again (a release on the new
+        owner found no one listening). The move runs in the background: asking where the
+        slots went can wait on the silent node, and no waiter may wait on it past its time."""
         link = self._link_of.get(channel)
-        if link is None or link.looking or link.connection is None:
-            return
-        due = link.pulse.due(self.clock())
-        if due == "ping":
-            async with self._guard:
-                await link.ping()
-        elif due == "silent":
-            link.looking = True
-            try:
-                await self._moved_away(link)
-            finally:
-                link.looking = False
+        if link is not None and not self._closing:
+            await link.look(self.clock(), self._guard, self._moved_away)
 
     def _reader_needed(self, link: AsyncLink) -> bool:
         """Whether the reader must watch ``link`` (else it parks until woken). Always, but
@@ -292,7 +282,7 @@ class AsyncNotifier:
         subscription to confirm and no hand-off that may reach a waiter that left."""
         if link.name != MAIN_LINK or self.clock() < self._stray_until:
             return True
-        if any(flag.pending() for flag in self._confirmed.values()):
+        if self._confirmed.awaited():
             return True
         return len(self._book) > link.turn.direct_readers()
 
@@ -316,8 +306,7 @@ class AsyncNotifier:
             return
         async with self._guard:
             if push.kind != "message":
-                if (flag := self._confirmed.get(push.channel)) is not None:
-                    flag.set()
+                self._confirmed.confirm(push.channel)
                 return
             delivery = self._book.deliver(push.channel, push.payload, self.clock())
             for waiter in delivery.woken:
@@ -328,17 +317,18 @@ class AsyncNotifier:
 
     async def _refused(self, error: Exception) -> None:
         """An error reply on the pub/sub link answers a subscription (no permission): fail
-        the subscriptions still waiting for their confirmation; the reader goes on."""
+        the subscriptions still waiting for their confirmation, and tell their waiters (a
+        channel subscribed again after a drop has some); the reader goes on."""
         async with self._guard:
-            for flag in self._confirmed.values():
-                if flag.pending():
-                    flag.fail(error)
+            for waiter in self._book.on_channels(set(self._confirmed.refuse(error))):
+                waiter.refuse(error)
 
     async def _rehome(self, channels: list[str], dead: AsyncLink | None = None) -> None:
-        """Subscribe channels again where their slot lives now (but a ``dead`` node's).
-        Their waiters are not woken: a retry could still land on a demoted master and take a
-        lock the new one never sees; their queue entries moved with the slot."""
-        await refresh_topology(self._client)
+        """Subscribe channels again where their slot lives now (but a ``dead`` node's, which
+        is asked last for the slot map). Their waiters are not woken: a retry could still
+        land on a demoted master and take a lock the new one never sees; their queue
+        entries moved with the slot."""
+        await refresh_topology(self._client, avoid=None if dead is None else dead.name)
         commands = await self._commands()
         for channel in channels:
             name, connect, _ = await node_of(self._client, channel)
@@ -348,6 +338,7 @@ class AsyncNotifier:
                     continue  # the dead node's slot has no new owner yet: try again later
                 link = await self._linked(name, connect)
                 await link.connection.send_command(commands.subscribe, channel)
+                self._confirmed.again([channel])
                 if old is not None:
                     old.channels.discard(channel)
                 link.channels.add(channel)
@@ -362,6 +353,7 @@ class AsyncNotifier:
                 if link.connection is None or self._closing:
                     return False
                 if await link.resubscribed(await self._commands()):
+                    self._confirmed.again(link.channels)
                     self._wake(link.channels)
                     return True
             if link.watched() and await self._moved_away(link):
@@ -370,7 +362,7 @@ class AsyncNotifier:
         async with self._guard:
             link.connection = None
             for channel in link.channels:  # subscribed again by the next waiter on it
-                self._confirmed.pop(channel, None)
+                self._confirmed.forget(channel)
                 self._link_of.pop(channel, None)
                 self._book.forget(channel)
             self._wake(link.channels)

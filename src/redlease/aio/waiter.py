@@ -7,6 +7,8 @@ from typing import Protocol
 from redlease.aio._flavor import Wakeup
 from redlease.core.ops import Claim
 from redlease.core.protocol import Clock, Handoff
+from redlease.core.subscriptions import refusal
+from redlease.errors import ServerRefused
 
 
 class _Notifying(Protocol):
@@ -33,10 +35,19 @@ class AsyncWaiter:
         self.claim = claim
         self.wakeup = Wakeup()
         self.handoff: Handoff | None = None
+        self.refusal: Exception | None = None
+        """The server's refusal of this waiter's channel, subscribed again after a drop."""
+
+    def refuse(self, error: Exception) -> None:
+        """Wake this waiter to say its channel was refused (a permission revoked)."""
+        self.refusal = error
+        self.wakeup.set()
 
     async def wait(self, seconds: float) -> Handoff | None:
         """Sleep until a hand-off arrives or ``seconds`` pass; the hand-off, if any. On a
-        cluster the waiter looks at its connection's pulse every second meanwhile."""
+        cluster the waiter looks at its connection's pulse every second meanwhile. A
+        refused channel raises :class:`~redlease.errors.ServerRefused`: no hand-off can
+        come on it."""
         clock = self.notifier.clock
         ends = clock() + seconds
         while True:
@@ -44,6 +55,8 @@ class AsyncWaiter:
             left = await self.notifier.read_for(self, step)
             woken = await self.wakeup.wait(left) if left > 0 else self.wakeup.is_set()
             self.wakeup.clear()
+            if self.refusal is not None:
+                raise ServerRefused(refusal(self.channel, self.refusal)) from self.refusal
             if woken or clock() >= ends:
                 return self.handoff
             await self.notifier.look_at_link(self.channel)

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Protocol, TypeVar
 
-from redlease.compat import ClusterClients
+from redlease.compat import ClusterClients, asking_last
 from redlease.core.lease import Lease, LostCallback, run_callbacks
 from redlease.core.owner import Owner
 from redlease.errors import InvalidArgument
@@ -90,6 +90,9 @@ class Flag:
 
     def pending(self) -> bool:
         return not self._event.is_set()
+
+    def refused(self) -> bool:
+        return self._error is not None
 
     def wait(self, timeout: float) -> bool:
         """True once set, False after ``timeout``; raises the error it failed with."""
@@ -207,9 +210,11 @@ def drop_old_master_connections(client: Any) -> None:
     it no longer names as it takes the connection back (``owns_connection``)."""
 
 
-def refresh_topology(client: Any) -> None:
+def refresh_topology(client: Any, avoid: str | None = None) -> None:
+    """Read a cluster client's slot map again; ``avoid``: a node that may be silent."""
     if is_cluster(client):
-        client.nodes_manager.initialize()
+        manager = client.nodes_manager
+        manager.initialize(**asking_last(manager, avoid))
 
 
 NO_LOOP: Any = None

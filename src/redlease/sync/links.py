@@ -12,7 +12,7 @@ from typing import Any
 from redlease.compat import ResponseErrors
 from redlease.core.protocol import NETWORK_ERRORS, Clock
 from redlease.core.subscriptions import PubSubCommands, Pulse
-from redlease.sync._flavor import Wakeup, Worker
+from redlease.sync._flavor import Guard, Wakeup, Worker
 from redlease.sync._read_turn import ReadTurn, read_within
 
 logger = logging.getLogger("redlease")
@@ -38,8 +38,8 @@ class Link:
         self.stale = False
         """Set when the server moved: the reader must reconnect and resubscribe."""
         self.pulse = Pulse(now)
-        self.looking = False
-        """Set while a waiter asks the cluster where this silent link's slots went."""
+        self.mover: Worker | None = None
+        """Moves the channels of this link, found silent, to their slots' new owners."""
 
     def watched(self) -> bool:
         """Whether waiters look at this link's :attr:`pulse`: a cluster node's link. (A plain
@@ -86,6 +86,30 @@ class Link:
             raise
         self.turn.give()
         return 0.0
+
+    def look(self, now: float, guard: Guard, move: Callable[[Link], bool]) -> None:
+        """PING this link when it has been quiet; once it stays silent, start ``move``."""
+        if self.connection is None or self.moving():
+            return
+        due = self.pulse.due(now)
+        if due == "ping":
+            with guard:
+                self.ping()
+        elif due == "silent":
+            self.move_in_background(move)
+
+    def moving(self) -> bool:
+        return self.mover is not None and self.mover.alive()
+
+    def move_in_background(self, move: Callable[[Link], bool]) -> None:
+        """Start ``move`` (of this silent link's channels), unless one is running."""
+        if self.moving():
+            return
+
+        def run() -> None:
+            move(self)
+
+        self.mover = Worker(run, f"redlease-move-{self.name}")
 
     def ping(self) -> None:
         """Ask the node for a sign of life (the answer counts as heard, as any push does)."""

@@ -27,7 +27,6 @@ from redlease.core.subscriptions import PING_WHEN_QUIET_S, PubSubCommands, class
 from redlease.core.waiters import WaiterBook
 from redlease.errors import ServerRefused
 from redlease.sync._flavor import (
-    Flag,
     Guard,
     Worker,
     master_moved,
@@ -37,6 +36,7 @@ from redlease.sync._flavor import (
     sleep,
 )
 from redlease.sync._read_turn import read_push
+from redlease.sync.confirmations import Confirmations
 from redlease.sync.links import LINK_ERRORS, MAIN_LINK, SENTINEL_LINK, SWITCH_MASTER, Link
 from redlease.sync.waiter import Waiter
 
@@ -62,7 +62,7 @@ class Notifier:
         self._on_stray = on_stray
         """Told of a hand-off that reached a waiter that had left: the client gives it back."""
         self._book: WaiterBook[Waiter] = WaiterBook()
-        self._confirmed: dict[str, Flag] = {}
+        self._confirmed = Confirmations()
         self._links: dict[str, Link] = {}
         self._link_of: dict[str, Link] = {}
         self._closing = False
@@ -78,8 +78,7 @@ class Notifier:
 
     def listening(self, channel: str) -> bool:
         """Whether ``channel`` is subscribed and confirmed (waiting on it needs no I/O)."""
-        flag = self._confirmed.get(channel)
-        return flag is not None and not flag.pending()
+        return self._confirmed.listening(channel)
 
     def connections(self) -> int:
         """Open pub/sub connections (one per node that carries a waiting channel)."""
@@ -100,19 +99,18 @@ class Notifier:
         commands = self._commands()
         self._unsubscribe = commands.unsubscribe
         with self._guard:
-            if self._book.add(waiter) or channel not in self._confirmed:
-                self._confirmed[channel] = Flag()
+            if self._confirmed.expect(channel, new=self._book.add(waiter)):
                 try:
                     link = self._subscribed_link(channel, commands.subscribe)
                 except NETWORK_ERRORS:
                     self._book.remove(waiter)
                     self._book.forget(channel)
-                    self._confirmed.pop(channel, None)
+                    self._confirmed.forget(channel)
                     raise
                 link.channels.add(channel)
                 self._link_of[channel] = link
                 link.turn.wake()
-            confirmed = self._confirmed[channel]
+            confirmed = self._confirmed.answer(channel)
         try:
             ok = confirmed.wait(min(timeout, CONFIRM_TIMEOUT_S))
         except ResponseErrors as exc:
@@ -148,7 +146,7 @@ class Notifier:
                 self._expect_strays(waiter.channel)
             if not self._book.remove(waiter, settled):
                 return
-            self._confirmed.pop(waiter.channel, None)
+            self._confirmed.forget(waiter.channel)
             link = self._link_of.pop(waiter.channel, None)
             if link is None:
                 return
@@ -163,9 +161,10 @@ class Notifier:
         self._closing = True
         for link in list(self._links.values()):
             link.turn.close()
-            if link.reader is not None:
-                link.reader.stop()
-                link.reader = None
+            for worker in (link.reader, link.mover):
+                if worker is not None:
+                    worker.stop()
+            link.reader = link.mover = None
         with self._guard:
             for link in self._links.values():
                 if link.connection is not None:
@@ -269,21 +268,12 @@ class Notifier:
 
     def look_at_link(self, channel: str) -> None:
         """PING a quiet cluster link; when one stays silent, its channels whose slots have
-        a new owner now move there and their waiters wake to try again (a release on the
-        new owner found no one listening)."""
+        a new owner move there and their waiters wake to try again (a release on the new
+        owner found no one listening). The move runs in the background: asking where the
+        slots went can wait on the silent node, and no waiter may wait on it past its time."""
         link = self._link_of.get(channel)
-        if link is None or link.looking or link.connection is None:
-            return
-        due = link.pulse.due(self.clock())
-        if due == "ping":
-            with self._guard:
-                link.ping()
-        elif due == "silent":
-            link.looking = True
-            try:
-                self._moved_away(link)
-            finally:
-                link.looking = False
+        if link is not None and not self._closing:
+            link.look(self.clock(), self._guard, self._moved_away)
 
     def _reader_needed(self, link: Link) -> bool:
         """Whether the reader must watch ``link`` (else it parks until woken). Always, but
@@ -291,7 +281,7 @@ class Notifier:
         subscription to confirm and no hand-off that may reach a waiter that left."""
         if link.name != MAIN_LINK or self.clock() < self._stray_until:
             return True
-        if any(flag.pending() for flag in self._confirmed.values()):
+        if self._confirmed.awaited():
             return True
         return len(self._book) > link.turn.direct_readers()
 
@@ -315,8 +305,7 @@ class Notifier:
             return
         with self._guard:
             if push.kind != "message":
-                if (flag := self._confirmed.get(push.channel)) is not None:
-                    flag.set()
+                self._confirmed.confirm(push.channel)
                 return
             delivery = self._book.deliver(push.channel, push.payload, self.clock())
             for waiter in delivery.woken:
@@ -327,17 +316,18 @@ class Notifier:
 
     def _refused(self, error: Exception) -> None:
         """An error reply on the pub/sub link answers a subscription (no permission): fail
-        the subscriptions still waiting for their confirmation; the reader goes on."""
+        the subscriptions still waiting for their confirmation, and tell their waiters (a
+        channel subscribed again after a drop has some); the reader goes on."""
         with self._guard:
-            for flag in self._confirmed.values():
-                if flag.pending():
-                    flag.fail(error)
+            for waiter in self._book.on_channels(set(self._confirmed.refuse(error))):
+                waiter.refuse(error)
 
     def _rehome(self, channels: list[str], dead: Link | None = None) -> None:
-        """Subscribe channels again where their slot lives now (but a ``dead`` node's).
-        Their waiters are not woken: a retry could still land on a demoted master and take a
-        lock the new one never sees; their queue entries moved with the slot."""
-        refresh_topology(self._client)
+        """Subscribe channels again where their slot lives now (but a ``dead`` node's, which
+        is asked last for the slot map). Their waiters are not woken: a retry could still
+        land on a demoted master and take a lock the new one never sees; their queue
+        entries moved with the slot."""
+        refresh_topology(self._client, avoid=None if dead is None else dead.name)
         commands = self._commands()
         for channel in channels:
             name, connect, _ = node_of(self._client, channel)
@@ -347,6 +337,7 @@ class Notifier:
                     continue  # the dead node's slot has no new owner yet: try again later
                 link = self._linked(name, connect)
                 link.connection.send_command(commands.subscribe, channel)
+                self._confirmed.again([channel])
                 if old is not None:
                     old.channels.discard(channel)
                 link.channels.add(channel)
@@ -361,6 +352,7 @@ class Notifier:
                 if link.connection is None or self._closing:
                     return False
                 if link.resubscribed(self._commands()):
+                    self._confirmed.again(link.channels)
                     self._wake(link.channels)
                     return True
             if link.watched() and self._moved_away(link):
@@ -369,7 +361,7 @@ class Notifier:
         with self._guard:
             link.connection = None
             for channel in link.channels:  # subscribed again by the next waiter on it
-                self._confirmed.pop(channel, None)
+                self._confirmed.forget(channel)
                 self._link_of.pop(channel, None)
                 self._book.forget(channel)
             self._wake(link.channels)
