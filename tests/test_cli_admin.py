@@ -383,6 +383,34 @@ def test_a_refused_password_is_not_echoed(redlease_servers_factory, where):
     assert "***" in completed.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "denied"),
+    [
+        (("ls",), ["-scan"]),
+        (("show", "job"), ["-evalsha", "-eval"]),
+        (("run", "job", "URL", "--", sys.executable, "-c", "pass"), ["-evalsha", "-eval"]),
+    ],
+    ids=["ls", "show", "run"],
+)
+def test_a_permission_the_server_refuses_is_77_naming_it(redlease_servers_factory, args, denied):
+    """An ACL refusal is no internal failure (70): it is the server's answer, and the user
+    can fix it by granting the permission."""
+    (server,) = redlease_servers_factory(1)
+    with redis.Redis(port=server.port) as admin:
+        admin.execute_command("ACL", "SETUSER", "ops", "on", ">pw", "~*", "&*", "+@all", *denied)
+    url = f"redis://ops:pw@127.0.0.1:{server.port}/0"
+    if "URL" not in args:
+        args = (*args, "URL")
+    at = args.index("URL")
+    completed = run_cli(*args[:at], "--url", url, *args[at + 1 :], url=None)
+
+    assert completed.returncode == 77, completed.stderr
+    assert "permission" in completed.stderr.lower(), completed.stderr
+    named = {"-scan": "'scan'", "-evalsha": "'eval"}[denied[0]]  # eval or evalsha
+    assert named in completed.stderr.lower(), completed.stderr
+    assert len(completed.stderr.strip().splitlines()) == 1, completed.stderr
+
+
 def test_server_refuses_a_port_out_of_range():
     completed = run_cli("server", "--port", "70000", url=None)
 

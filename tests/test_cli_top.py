@@ -227,6 +227,26 @@ def test_top_without_rich_draws_plain_text_and_quits_on_q(
 
 
 @needs_tmux
+@pytest.mark.parametrize("where", ["user-info", "query"])
+def test_top_shows_its_url_without_the_password(redlease_servers_factory, pane_factory, where):
+    (secured,) = redlease_servers_factory(1, "--requirepass", "s3cret-pw")
+    address = f"127.0.0.1:{secured.port}/0"
+    url = (
+        f"redis://:s3cret-pw@{address}"
+        if where == "user-info"
+        else f"redis://{address}?password=s3cret-pw"
+    )
+    pane = pane_factory([sys.executable, "-m", "redlease", "top"], top_env(url))
+
+    screen = pane.wait_for(lambda s: "redlease top" in s, "the title line")
+
+    assert "s3cret-pw" not in screen
+    assert "***" in screen
+    pane.press("q")
+    pane.wait_for(lambda s: "top exited 0" in s, "top to quit with status 0")
+
+
+@needs_tmux
 def test_a_server_gone_shows_as_one_warning_line_under_an_intact_table(
     redlease_servers_factory, prefix, pane_factory
 ):

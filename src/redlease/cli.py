@@ -30,6 +30,7 @@ from redlease.errors import (
     InvalidName,
     LockError,
     ServerNotFound,
+    ServerRefused,
     ServerUnavailable,
 )
 from redlease.server import resolve_url
@@ -38,6 +39,13 @@ from redlease.urls import redacted
 __all__ = ["build_parser", "main"]
 
 PROG = "redlease"
+SERVER_REFUSALS = (
+    redis.exceptions.NoPermissionError,
+    redis.exceptions.ReadOnlyError,
+    redis.exceptions.OutOfMemoryError,
+)
+"""What the server answers a command of the tools themselves (``ls``'s SCAN) that it
+will not run: exit 77, as the library's :class:`~redlease.errors.ServerRefused`."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -146,16 +154,25 @@ def _dispatch(handler: Callable[[argparse.Namespace], int], args: argparse.Names
     """Run a subcommand, turning the failures it may meet into an exit code and one line."""
     try:
         return int(handler(args))
-    except (UsageError, InvalidName, InvalidArgument) as error:
-        return _fail(ExitCode.USAGE, str(error))
-    except (ServerUnavailable, ServerNotFound) as error:
-        return _fail(ExitCode.UNAVAILABLE, f"server unavailable: {error}")
-    except (redis.ConnectionError, redis.TimeoutError) as error:  # stopped answering mid-way
-        return _fail(ExitCode.UNAVAILABLE, f"server unavailable{_named(args)}: {error}")
-    except (DemoFailed, LockError, redis.RedisError) as error:
-        return _fail(ExitCode.SOFTWARE, str(error))
     except KeyboardInterrupt:
         return _fail(ExitCode.INTERRUPTED, "interrupted")
+    except (UsageError, DemoFailed, LockError, redis.RedisError) as error:
+        code, message = _failure(error, args)
+        return _fail(code, message)
+
+
+def _failure(error: Exception, args: argparse.Namespace) -> tuple[ExitCode, str]:
+    if isinstance(error, (UsageError, InvalidName, InvalidArgument)):
+        return ExitCode.USAGE, str(error)
+    if isinstance(error, (ServerUnavailable, ServerNotFound)):
+        return ExitCode.UNAVAILABLE, f"server unavailable: {error}"
+    if isinstance(error, (redis.ConnectionError, redis.TimeoutError)):  # stopped answering
+        return ExitCode.UNAVAILABLE, f"server unavailable{_named(args)}: {error}"
+    if isinstance(error, ServerRefused):
+        return ExitCode.REFUSED, str(error)
+    if isinstance(error, SERVER_REFUSALS):
+        return ExitCode.REFUSED, f"the server refused{_named(args)}: {error}"
+    return ExitCode.SOFTWARE, str(error)
 
 
 def _named(args: argparse.Namespace) -> str:

@@ -65,6 +65,7 @@ class ExitCode(enum.IntEnum):
     UNAVAILABLE = 69
     SOFTWARE = 70
     TEMPFAIL = 75
+    REFUSED = 77
     CANNOT_EXECUTE = 126
     NOT_FOUND = 127
     INTERRUPTED = 130

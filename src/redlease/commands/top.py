@@ -22,7 +22,6 @@ import tty
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import redis
 
@@ -38,6 +37,7 @@ from redlease.commands.state import LockState, names, snapshots
 from redlease.commands.top_model import SORTS, Tracker, next_sort
 from redlease.commands.top_view import Frame, LiveScreen, print_table
 from redlease.keys import LockKeys, validate_prefix
+from redlease.urls import redacted
 
 __all__ = ["register"]
 
@@ -132,7 +132,7 @@ class _Reader:
         masters = ""
         if hasattr(self.client, "get_primaries"):
             masters = f" (cluster, {len(self.client.get_primaries())} masters)"
-        return f"{_without_password(url)}{masters}  prefix {self.prefix}"
+        return f"{redacted(url)}{masters}  prefix {self.prefix}"  # no password on a screen
 
 
 class _Screen:
@@ -227,14 +227,3 @@ def _keys() -> Iterator[_Keys]:
         yield _Keys(fd)
     finally:
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
-
-
-def _without_password(url: str) -> str:
-    """The URL for the title line: a password must not end up on a screen or in a capture."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
