@@ -37,6 +37,7 @@ from redis.backoff import NoBackoff
 
 import redlease
 from conftest import SyncLocksAdapter, eventually, subscribed_channels, token_in
+from redlease.core.subscriptions import has_sharded_pubsub
 from redlease.server import EmbeddedServer, free_port
 from redlease.urls import redacted
 
@@ -144,6 +145,80 @@ async def test_a_user_without_permission_gets_a_permission_error(
     assert named in message.lower(), message
     with redis.Redis(port=server.port) as admin:
         assert admin.dbsize() == 0
+
+
+def documented_acl_rule(has_sharded_pubsub: bool) -> list[str]:
+    """The ``ACL SETUSER`` words of guide.md's Permissions section (its sharded pub/sub
+    line left out on a server without it, as the guide says)."""
+    guide = (TESTS.parent / "docs" / "guide.md").read_text(encoding="utf-8")
+    block = guide.split("<!-- acl-rule -->", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
+    lines = block.strip().splitlines()
+    if not has_sharded_pubsub:
+        lines = [line for line in lines if "+spublish" not in line]
+    words = " ".join(lines).split()
+    assert words[:3] == ["ACL", "SETUSER", "locker"], words[:3]
+    return words[2:]
+
+
+@pytest.mark.timeout(120)
+async def test_a_user_with_the_documented_permissions_uses_every_primitive(
+    redlease_servers_factory,
+):
+    """guide.md lists the commands a locking user needs; with exactly those, every
+    primitive works, waiting and hand-offs included, and so do ``ls``, ``show`` and
+    ``run``."""
+    (server,) = redlease_servers_factory(1)
+    with redis.Redis(port=server.port) as admin:
+        sharded = has_sharded_pubsub(admin.info("server"))
+        admin.execute_command("ACL", "SETUSER", *documented_acl_rule(sharded))
+    url = f"redis://locker:secret@127.0.0.1:{server.port}/0"
+    async with redlease.AsyncLocks(url) as mine, redlease.AsyncLocks(url) as theirs:
+        for make in (mine.lock, mine.fair_lock):
+            held = make("job", ttl=1, renew=True)
+            lease = await held.acquire()
+            waiter = asyncio.create_task(theirs.lock("job", owner="w").acquire(timeout=20))
+            await asyncio.sleep(1.2)  # a renewal, and the waiter queued
+            assert not lease.lost
+            assert lease.renewals >= 1
+            assert await held.owned()
+            assert await held.locked()
+            await held.extend(5)
+            await held.release()
+            assert (await waiter).fence > lease.fence
+            await theirs.lock("job", owner="w").release()
+        rw = mine.rw_lock("doc")
+        await rw.write.acquire()
+        reader = asyncio.create_task(theirs.rw_lock("doc", owner="r").read.acquire(timeout=20))
+        await asyncio.sleep(0.2)
+        await rw.write.release()
+        await reader
+        await theirs.rw_lock("doc", owner="r").read.release()
+        semaphore = mine.semaphore("pool", permits=1)
+        permit = await semaphore.acquire()
+        other = asyncio.create_task(theirs.semaphore("pool", permits=1).acquire(timeout=20))
+        await asyncio.sleep(0.2)
+        await semaphore.release(permit)
+        await theirs.semaphore("pool", permits=1).release(await other)
+        latch = mine.latch("batch")
+        await latch.try_set_count(1)
+        opened = asyncio.create_task(theirs.latch("batch").wait(20))
+        await asyncio.sleep(0.2)
+        await latch.count_down()
+        assert await opened
+        async with mine.multi_lock(["a", "b"]):
+            pass
+        held = mine.lock("shown", ttl=30)
+        await held.acquire()
+        for args in (("ls",), ("show", "shown"), ("run", "ran", "--", sys.executable, "-c", "")):
+            completed = await asyncio.to_thread(
+                subprocess.run,
+                [sys.executable, "-m", "redlease", *args[:2], "--url", url, *args[2:]],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert completed.returncode == 0, (args, completed.stderr)
+        await held.release()
 
 
 # --- TLS (needs Debian's redis-server, built with TLS) -------------------------------

@@ -20,6 +20,7 @@ import redis
 
 import redlease
 from redlease.chaos.proxy import Mode, ProxyHub
+from redlease.core.subscriptions import has_sharded_pubsub
 
 WAITER = str(Path(__file__).with_name("proc_waiter.py"))
 
@@ -207,6 +208,9 @@ async def test_a_waiter_whose_channel_permission_is_revoked_is_told_and_heals(
     (its channel was believed subscribed, so nothing subscribed it again)."""
     (server,) = redlease_servers_factory(1)
     admin = redis.Redis(port=server.port)
+    if not has_sharded_pubsub(admin.info("server")):
+        admin.close()
+        pytest.skip("Redis before 7.0 keeps a subscription whose permission was revoked")
     admin.execute_command("ACL", "SETUSER", "waiter", "on", ">pw", "~*", "&*", "+@all")
     holder = await make_locks(server.url)
     waiting = await make_locks(f"redis://waiter:pw@127.0.0.1:{server.port}/0")
