@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+import redlease
 from conftest import fence_key
 from redlease import LockTimeout, NotReplicated, ReleaseOutcome
 from test_replication import REPLICA_TIMEOUT
@@ -81,3 +82,32 @@ async def test_a_waiter_paused_through_its_hand_off_never_gets_a_dead_lease(
     finally:
         process.kill()
         process.wait()
+
+
+@pytest.mark.timeout(90)
+async def test_a_release_the_server_did_not_answer_frees_the_lock_once_it_answers(
+    make_locks, redlease_servers_factory
+):
+    """A release sent to a server that is stopped raises ``ServerUnavailable`` once the
+    socket timeout runs out; the lease is off the holder's books by then, so the release
+    goes on in the background, again while the server is silent: the waiter gets the lock
+    soon after the server answers again, not when the lease (30 s) runs out."""
+    (server,) = redlease_servers_factory(1)
+    url = f"{server.url}?socket_timeout=1&socket_connect_timeout=1"
+    holder, other = await make_locks(url), await make_locks(server.url)
+    lock = holder.lock("report", ttl=30)
+    await lock.acquire()
+    waiting = asyncio.create_task(other.lock("report", owner="w").acquire(timeout=60))
+    await asyncio.sleep(0.5)
+    server.pause()
+    try:
+        with pytest.raises(redlease.ServerUnavailable):
+            await lock.release()
+        await asyncio.sleep(3)  # the release sent again from the background fails too
+    finally:
+        server.resume()
+    resumed_at = time.monotonic()
+    lease = await asyncio.wait_for(waiting, 40)
+    waited = time.monotonic() - resumed_at
+    assert waited < 5, f"the waiter got the lock {waited:.1f} s after the server came back"
+    assert not lease.lost

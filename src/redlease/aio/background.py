@@ -82,11 +82,27 @@ class AsyncBackground:
             if withdraw:
                 await self._withdraw_late(claim)
             else:
-                reason = release_reason(await self._drive(release_flow(claim)))
-                if lost is not None and reason is not None:
-                    lost._mark_lost(reason)  # more precise than the deadline; told already
+                await self._release_late(claim, lost)
         except (Exception, ReplicaShortfall):
             logger.debug("could not finish an interrupted release of %r", claim.keys.name)
+
+    async def _release_late(self, claim: Claim, lost: Lease | None) -> None:
+        """Release at once, and again while the server does not answer (a stopped server:
+        the lock is free as soon as it is back), on the withdrawal's schedule."""
+        schedule = withdrawal_pauses(claim.ttl_ms)
+        next(schedule)  # the first try goes at once
+        while True:
+            try:
+                reason = release_reason(await self._drive(release_flow(claim)))
+            except ServerUnavailable:
+                try:
+                    await sleep(schedule.send(False))
+                except StopIteration:
+                    return
+                continue
+            if lost is not None and reason is not None:
+                lost._mark_lost(reason)  # more precise than the deadline; told already
+            return
 
     async def _withdraw_late(self, claim: Claim) -> None:
         """Withdraw an interrupted acquire until the server has answered (and once more):

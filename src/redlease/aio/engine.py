@@ -288,9 +288,11 @@ class AsyncEngine(AsyncClient):
         the background: a stopped server must not hold up the end of a ``with`` block.
 
         The release runs inline (an asyncio shield would cost a task and two more loop turns
-        on every release). Only an interrupted release (a cancellation, Ctrl-C) pays more: it
-        is sent again in the background while the interruption goes on to the caller, and the
-        release latch gives the retry the same answer if the first attempt landed.
+        on every release). Only an interrupted release (a cancellation, Ctrl-C) or a failed
+        one (no answer in time) pays more: it is sent again in the background while the
+        error goes on to the caller, so the lock is free as soon as the server answers
+        again, and the release latch gives the retry the same answer if the first attempt
+        landed.
         """
         if lease.lost:  # past its deadline: the release can only tidy up, in the background
             fire(lease, lease._mark_lost(PAST_DEADLINE))
@@ -302,6 +304,7 @@ class AsyncEngine(AsyncClient):
             self._background.finish(lease._claim)
             raise
         except LockError:
+            self._background.finish(lease._claim)
             if lease.lost:  # the deadline passed while the release waited for the server
                 fire(lease, lease._mark_lost(PAST_DEADLINE))
             raise
