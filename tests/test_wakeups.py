@@ -233,3 +233,29 @@ async def test_a_waiter_whose_channel_permission_is_revoked_is_told_and_heals(
     await waiting.lock("job", owner="w").release()
     assert lease.fence > 0
     admin.close()
+
+
+@pytest.mark.timeout(60)
+async def test_a_subscription_to_a_stopped_server_ends_with_the_callers_timeout(
+    make_locks, redlease_servers_factory
+):
+    """A waiter's client opens its wake-up connection on its first wait; to a stopped
+    server (SIGSTOP: the TCP connection opens, the handshake never answers) that must end
+    with the caller's timeout, as waiting for the subscription's confirmation does. The
+    asyncio client opened it with no timeout at all (a waiter hung until the server came
+    back), the sync one within the socket timeout (5 s)."""
+    (server,) = redlease_servers_factory(1)
+    locks = await make_locks(server.url)
+    lock = locks.lock("quiet", owner="o")
+    await lock.acquire()  # the client knows the server's pub/sub commands from now on
+    await lock.release()
+    locks._note_contention(lock.keys.lease)  # its next acquire listens before it tries
+    server.pause()
+    try:
+        started = time.monotonic()
+        with pytest.raises((redlease.ServerUnavailable, redlease.LockTimeout)):
+            await asyncio.wait_for(lock.acquire(timeout=1.5), 30)
+        took = time.monotonic() - started
+    finally:
+        server.resume()
+    assert took < 1.5 + 1.0, f"the acquire ended after {took:.2f} s"

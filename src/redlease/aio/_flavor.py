@@ -281,10 +281,12 @@ Guard = asyncio.Lock
 sleep = asyncio.sleep
 
 
-def prepare_pubsub(connection: Any) -> None:
-    """The reader awaits pushes for as long as it takes: no socket timeout, RESP2 frames."""
-    connection.socket_timeout = None
+def prepare_pubsub(connection: Any, opened: bool = False) -> None:
+    """RESP2 frames; once ``opened`` (within a bound: ``links.open_pubsub``), no socket
+    timeout: the reader awaits pushes for as long as it takes."""
     connection.protocol = 2
+    if opened:
+        connection.socket_timeout = None
 
 
 class Worker:

@@ -8,11 +8,11 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from redlease.aio._flavor import Guard, Wakeup, Worker
+from redlease.aio._flavor import Guard, Wakeup, Worker, prepare_pubsub
 from redlease.aio._read_turn import ReadTurn, read_within
 from redlease.compat import ResponseErrors
 from redlease.core.protocol import NETWORK_ERRORS, Clock
-from redlease.core.subscriptions import PubSubCommands, Pulse
+from redlease.core.subscriptions import PubSubCommands, Pulse, shorter
 
 logger = logging.getLogger("redlease")
 SENTINEL_LINK = "sentinel"
@@ -36,6 +36,9 @@ class AsyncLink:
         self.turn = ReadTurn()
         self.stale = False
         """Set when the server moved: the reader must reconnect and resubscribe."""
+        self.socket_timeout: float | None = None
+        """The client's socket timeout, which bounds opening the connection."""
+        self.opened = False
         self.pulse = Pulse(now)
         self.mover: Worker | None = None
         """Moves the channels of this link, found silent, to their slots' new owners."""
@@ -119,13 +122,29 @@ class AsyncLink:
         except NETWORK_ERRORS:
             logger.debug("PING to %s failed; its reader reconnects", self.name)
 
+    async def open(self, connection: Any, within: float | None = None) -> None:
+        """Open a pub/sub connection within the client's socket timeout, or ``within`` when
+        that is shorter: a stopped server takes the connection and never answers its
+        handshake. It then reads as its flavour does (see ``prepare_pubsub``)."""
+        prepare_pubsub(connection)
+        if not self.opened:  # later, a connection opened before has the reading timeout
+            self.socket_timeout, self.opened = connection.socket_timeout, True
+        kept = connection.socket_connect_timeout
+        connection.socket_timeout = shorter(self.socket_timeout, within)
+        connection.socket_connect_timeout = shorter(kept, within)
+        try:
+            await connection.connect()
+        finally:
+            connection.socket_timeout, connection.socket_connect_timeout = self.socket_timeout, kept
+            prepare_pubsub(connection, opened=True)
+
     async def resubscribed(self, commands: PubSubCommands) -> bool:
         """A new connection with every channel subscribed again; False if it failed."""
         connection = self.connection
         try:
             self.stale = False
             await connection.disconnect()
-            await connection.connect()
+            await self.open(connection)
             for channel in self.channels:
                 await connection.send_command(commands.subscribe, channel)
             if self.name == SENTINEL_LINK:

@@ -24,7 +24,6 @@ from redlease.aio._flavor import (
     Worker,
     master_moved,
     node_of,
-    prepare_pubsub,
     refresh_topology,
     sleep,
 )
@@ -100,7 +99,7 @@ class AsyncNotifier:
         async with self._guard:
             if self._confirmed.expect(channel, new=self._book.add(waiter)):
                 try:
-                    link = await self._subscribed_link(channel, commands.subscribe)
+                    link = await self._subscribed_link(channel, commands.subscribe, timeout)
                 except NETWORK_ERRORS:
                     self._book.remove(waiter)
                     self._book.forget(channel)
@@ -123,13 +122,13 @@ class AsyncNotifier:
             return None
         return waiter
 
-    async def _subscribed_link(self, channel: str, subscribe: str) -> AsyncLink:
+    async def _subscribed_link(self, channel: str, subscribe: str, within: float) -> AsyncLink:
         """Subscribe ``channel`` where its slot lives; on a cluster, a node that fails is
         followed by one more try after the slot map is read again (its master crashed)."""
         for attempt in range(2):
             name, connect, _ = await node_of(self._client, channel)
             try:
-                link = await self._linked(name, connect)
+                link = await self._linked(name, connect, within)
                 await link.connection.send_command(subscribe, channel)
                 return link
             except NETWORK_ERRORS:
@@ -205,14 +204,15 @@ class AsyncNotifier:
                     await link.connection.disconnect()
                     link.turn.wake()
 
-    async def _linked(self, name: str, connect: Callable[[], Any]) -> AsyncLink:
+    async def _linked(
+        self, name: str, connect: Callable[[], Any], within: float | None = None
+    ) -> AsyncLink:
         link = self._links.get(name)
         if link is None:
             link = self._links[name] = AsyncLink(name, connect, self.clock())
         if link.connection is None:
             connection = link.connect()
-            prepare_pubsub(connection)
-            await connection.connect()
+            await link.open(connection, within)
             link.connection = connection
         if link.reader is None or not link.reader.alive():
             link.reader = Worker(lambda: self._read(link), f"redlease-notifier-{name}")
@@ -268,10 +268,9 @@ class AsyncNotifier:
         return PING_WHEN_QUIET_S if link is not None and link.watched() else float("inf")
 
     async def look_at_link(self, channel: str) -> None:
-        """PING a quiet cluster link; when one stays silent, its channels whose slots have
-        a new owner move there and their waiters wake to try again (a release on the new
-        owner found no one listening). The move runs in the background: asking where the
-        slots went can wait on the silent node, and no waiter may wait on it past its time."""
+        """PING a quiet cluster link; when it stays silent, move its channels to their
+        slots' new owners in the background (see :meth:`_moved_away`): asking where the
+        slots went can wait on the silent node, and no waiter may wait past its time."""
         link = self._link_of.get(channel)
         if link is not None and not self._closing:
             await link.look(self.clock(), self._guard, self._moved_away)

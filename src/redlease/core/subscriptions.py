@@ -115,3 +115,10 @@ class Pulse:
             self._pinged = now
             return "ping"
         return "silent" if now - self._pinged >= ANSWER_WITHIN_S else ""
+
+
+def shorter(timeout: float | None, within: float | None) -> float | None:
+    """The shorter of two timeouts, ``None`` being none."""
+    if timeout is None or within is None:
+        return within if timeout is None else timeout
+    return min(timeout, within)

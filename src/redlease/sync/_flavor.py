@@ -242,9 +242,12 @@ Guard = threading.RLock
 sleep = time.sleep
 
 
-def prepare_pubsub(connection: Any) -> None:
-    """RESP2 frames; the socket timeout stays, since the reader polls it briefly."""
+def prepare_pubsub(connection: Any, opened: bool = False) -> None:
+    """RESP2 frames; once ``opened`` (within a bound: ``links.open_pubsub``), the socket
+    timeout stays, since the reader polls it briefly."""
     connection.protocol = 2
+    if opened and connection._sock is not None:
+        connection._sock.settimeout(connection.socket_timeout)
 
 
 class Worker:

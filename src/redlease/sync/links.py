@@ -11,8 +11,8 @@ from typing import Any
 
 from redlease.compat import ResponseErrors
 from redlease.core.protocol import NETWORK_ERRORS, Clock
-from redlease.core.subscriptions import PubSubCommands, Pulse
-from redlease.sync._flavor import Guard, Wakeup, Worker
+from redlease.core.subscriptions import PubSubCommands, Pulse, shorter
+from redlease.sync._flavor import Guard, Wakeup, Worker, prepare_pubsub
 from redlease.sync._read_turn import ReadTurn, read_within
 
 logger = logging.getLogger("redlease")
@@ -37,6 +37,9 @@ class Link:
         self.turn = ReadTurn()
         self.stale = False
         """Set when the server moved: the reader must reconnect and resubscribe."""
+        self.socket_timeout: float | None = None
+        """The client's socket timeout, which bounds opening the connection."""
+        self.opened = False
         self.pulse = Pulse(now)
         self.mover: Worker | None = None
         """Moves the channels of this link, found silent, to their slots' new owners."""
@@ -118,13 +121,29 @@ class Link:
         except NETWORK_ERRORS:
             logger.debug("PING to %s failed; its reader reconnects", self.name)
 
+    def open(self, connection: Any, within: float | None = None) -> None:
+        """Open a pub/sub connection within the client's socket timeout, or ``within`` when
+        that is shorter: a stopped server takes the connection and never answers its
+        handshake. It then reads as its flavour does (see ``prepare_pubsub``)."""
+        prepare_pubsub(connection)
+        if not self.opened:  # later, a connection opened before has the reading timeout
+            self.socket_timeout, self.opened = connection.socket_timeout, True
+        kept = connection.socket_connect_timeout
+        connection.socket_timeout = shorter(self.socket_timeout, within)
+        connection.socket_connect_timeout = shorter(kept, within)
+        try:
+            connection.connect()
+        finally:
+            connection.socket_timeout, connection.socket_connect_timeout = self.socket_timeout, kept
+            prepare_pubsub(connection, opened=True)
+
     def resubscribed(self, commands: PubSubCommands) -> bool:
         """A new connection with every channel subscribed again; False if it failed."""
         connection = self.connection
         try:
             self.stale = False
             connection.disconnect()
-            connection.connect()
+            self.open(connection)
             for channel in self.channels:
                 connection.send_command(commands.subscribe, channel)
             if self.name == SENTINEL_LINK:

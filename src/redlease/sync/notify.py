@@ -31,7 +31,6 @@ from redlease.sync._flavor import (
     Worker,
     master_moved,
     node_of,
-    prepare_pubsub,
     refresh_topology,
     sleep,
 )
@@ -101,7 +100,7 @@ class Notifier:
         with self._guard:
             if self._confirmed.expect(channel, new=self._book.add(waiter)):
                 try:
-                    link = self._subscribed_link(channel, commands.subscribe)
+                    link = self._subscribed_link(channel, commands.subscribe, timeout)
                 except NETWORK_ERRORS:
                     self._book.remove(waiter)
                     self._book.forget(channel)
@@ -124,13 +123,13 @@ class Notifier:
             return None
         return waiter
 
-    def _subscribed_link(self, channel: str, subscribe: str) -> Link:
+    def _subscribed_link(self, channel: str, subscribe: str, within: float) -> Link:
         """Subscribe ``channel`` where its slot lives; on a cluster, a node that fails is
         followed by one more try after the slot map is read again (its master crashed)."""
         for attempt in range(2):
             name, connect, _ = node_of(self._client, channel)
             try:
-                link = self._linked(name, connect)
+                link = self._linked(name, connect, within)
                 link.connection.send_command(subscribe, channel)
                 return link
             except NETWORK_ERRORS:
@@ -206,14 +205,13 @@ class Notifier:
                     link.connection.disconnect()
                     link.turn.wake()
 
-    def _linked(self, name: str, connect: Callable[[], Any]) -> Link:
+    def _linked(self, name: str, connect: Callable[[], Any], within: float | None = None) -> Link:
         link = self._links.get(name)
         if link is None:
             link = self._links[name] = Link(name, connect, self.clock())
         if link.connection is None:
             connection = link.connect()
-            prepare_pubsub(connection)
-            connection.connect()
+            link.open(connection, within)
             link.connection = connection
         if link.reader is None or not link.reader.alive():
             link.reader = Worker(lambda: self._read(link), f"redlease-notifier-{name}")
@@ -267,10 +265,9 @@ class Notifier:
         return PING_WHEN_QUIET_S if link is not None and link.watched() else float("inf")
 
     def look_at_link(self, channel: str) -> None:
-        """PING a quiet cluster link; when one stays silent, its channels whose slots have
-        a new owner move there and their waiters wake to try again (a release on the new
-        owner found no one listening). The move runs in the background: asking where the
-        slots went can wait on the silent node, and no waiter may wait on it past its time."""
+        """PING a quiet cluster link; when it stays silent, move its channels to their
+        slots' new owners in the background (see :meth:`_moved_away`): asking where the
+        slots went can wait on the silent node, and no waiter may wait past its time."""
         link = self._link_of.get(channel)
         if link is not None and not self._closing:
             link.look(self.clock(), self._guard, self._moved_away)
