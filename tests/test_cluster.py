@@ -440,6 +440,9 @@ async def test_a_waiter_behind_a_silent_cluster_ends_by_its_timeout(
     timeout = 3.0
     began = time.monotonic()
     *_, waiter = await held_with_a_waiter(make_cluster_locks, "hush", 30, timeout, {"ttl": 30})
+    key = f"{prefix}:{{hush}}"
+    with node_client(cluster.master_for_key(key)) as client:  # subscribed, then queued
+        assert await eventually(lambda: client.llen(f"{key}:queue") == 1, 5)
     for node in cluster.nodes:
         node.pause()
     try:
