@@ -101,8 +101,11 @@ async def test_a_release_the_server_did_not_answer_frees_the_lock_once_it_answer
     await asyncio.sleep(0.5)
     server.pause()
     try:
+        started = time.monotonic()
         with pytest.raises(redlease.ServerUnavailable):
             await lock.release()
+        took = time.monotonic() - started
+        assert took < 1 + 0.9, f"the release raised after {took:.2f} s (socket timeout 1 s)"
         await asyncio.sleep(3)  # the release sent again from the background fails too
     finally:
         server.resume()

@@ -14,7 +14,7 @@ import inspect
 from types import ModuleType
 from typing import Any
 
-from redlease.errors import InvalidArgument
+from redlease.errors import InvalidArgument, LockError, ServerRefused
 
 
 def _module(name: str) -> ModuleType | None:
@@ -62,6 +62,7 @@ TimeoutErrors = _errors("TimeoutError")
 ResponseErrors = _errors("ResponseError")
 NoScriptErrors = _errors("NoScriptError")
 AskErrors = _errors("AskError")
+MovedErrors = _errors("MovedError")
 AuthenticationErrors = _errors("AuthenticationError")
 NoPermissionErrors = _errors("NoPermissionError")
 ClusterErrors = _errors("RedisClusterException")
@@ -69,15 +70,25 @@ ClusterErrors = _errors("RedisClusterException")
 the slots (mid-failover): no ConnectionError, though that is what it stands for."""
 
 
-def not_a_cluster(error: BaseException) -> InvalidArgument | None:
+def not_a_cluster(error: BaseException) -> LockError | None:
     """The error for a cluster client whose server answered that it is no cluster node (a
-    setting to change, not a server to wait for); ``None`` for any other error."""
-    if isinstance(error, ClusterErrors) and "Cluster mode is not enabled" in str(error):
-        return InvalidArgument(
-            "the server is not a cluster node (cluster mode is not enabled on it): "
-            "drop cluster=True (--cluster)"
+    setting to change, not a server to wait for); ``None`` for any other error. redis-py
+    says so for any error reply to CLUSTER SLOTS: one that refused a permission is
+    :class:`ServerRefused` instead, naming what the user lacks."""
+    if not isinstance(error, ClusterErrors) or "Cluster mode is not enabled" not in str(error):
+        return None
+    cause: BaseException | None = error
+    while cause is not None and not isinstance(cause, NoPermissionErrors):
+        cause = cause.__cause__ or cause.__context__
+    if cause is not None:
+        return ServerRefused(
+            f"the server refused what a cluster client needs to learn where the slots are "
+            f"({cause}): grant the user +cluster|slots and +command"
         )
-    return None
+    return InvalidArgument(
+        "the server is not a cluster node (cluster mode is not enabled on it): "
+        "drop cluster=True (--cluster)"
+    )
 
 
 Clients = _classes(":Redis", ".cluster:RedisCluster")

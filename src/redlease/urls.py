@@ -19,11 +19,12 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from redlease.compat import (
     DEFAULT_LIBRARY,
     ClusterErrors,
+    NoPermissionErrors,
     library_of,
     not_a_cluster,
     several_urls,
 )
-from redlease.errors import InvalidArgument, ServerUnavailable
+from redlease.errors import InvalidArgument, ServerRefused, ServerUnavailable
 
 T = TypeVar("T")
 
@@ -68,6 +69,11 @@ def _made_from(make: Callable[[str], T], url: str) -> T:
         raise _RefusedOption() from ValueError(why)
     try:
         client = make(url)
+    except NoPermissionErrors as error:  # a cluster client reads the command table too
+        raise ServerRefused(
+            f"the server at {redacted(url)!r} refused what a cluster client needs to start "
+            f"({error}): grant the user +cluster|slots and +command"
+        ) from None
     except ClusterErrors as error:  # a cluster client connects at once, to learn the slots
         _check_url_options(url, DEFAULT_LIBRARY)  # a typo first: no server answers it
         mistake = not_a_cluster(error)

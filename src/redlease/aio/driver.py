@@ -14,8 +14,9 @@ from redlease.aio.notify import AsyncNotifier
 from redlease.aio.scripts import Scripts
 from redlease.aio.waiter import AsyncWaiter
 from redlease.compat import ResponseErrors
+from redlease.core.failures import refused
 from redlease.core.ops import RunScript, Subscribe
-from redlease.core.protocol import NETWORK_ERRORS, Flow, refused
+from redlease.core.protocol import NETWORK_ERRORS, Flow
 from redlease.core.replication import ReplicaShortfall
 
 FLOW_ERRORS: tuple[type[BaseException], ...] = (*NETWORK_ERRORS, ReplicaShortfall)

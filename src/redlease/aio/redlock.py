@@ -25,6 +25,7 @@ from redlease.aio.giveback import give_back
 from redlease.aio.handle import AsyncLeaseHandle
 from redlease.aio.renewer import AsyncRenewer
 from redlease.compat import ResponseErrors
+from redlease.core.failures import refused
 from redlease.core.hooks import Hooks, combine
 from redlease.core.lease import PAST_DEADLINE, Lease, ReleaseOutcome
 from redlease.core.ops import Claim, RunScript
@@ -36,7 +37,6 @@ from redlease.core.protocol import (
     Clock,
     Grant,
     alive,
-    refused,
 )
 from redlease.core.redlock import (
     ROUND_FLOOR_S,

@@ -15,10 +15,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from redis.exceptions import AskError, MovedError, ResponseError
+
+from redlease.commands.common import UsageError
 from redlease.core.claims import split_lease_value
+from redlease.errors import ServerRefused
 from redlease.keys import LockKeys
 
 __all__ = ["Holder", "LockState", "evict", "names", "parse_token", "snapshot", "snapshots"]
@@ -209,7 +214,8 @@ def names(client: Any, prefix: str, pattern: str = "*") -> list[str]:
 
 def snapshot(client: Any, keys: LockKeys) -> LockState:
     """One consistent reading of every key of ``keys.name``."""
-    return _state(keys, client.eval(SNAPSHOT_SCRIPT, *_snapshot_args(keys)))
+    with refusals(f"read lock {keys.name!r}"):
+        return _state(keys, client.eval(SNAPSHOT_SCRIPT, *_snapshot_args(keys)))
 
 
 def snapshots(client: Any, many: list[LockKeys]) -> list[LockState]:
@@ -219,7 +225,25 @@ def snapshots(client: Any, many: list[LockKeys]) -> list[LockState]:
     pipe = client.pipeline(transaction=False)
     for keys in many:  # a cluster pipeline has no eval(); it routes EVAL by its keys
         pipe.execute_command("EVAL", SNAPSHOT_SCRIPT, *_snapshot_args(keys))
-    return [_state(keys, reply) for keys, reply in zip(many, pipe.execute(), strict=True)]
+    with refusals("read the locks"):
+        replies = pipe.execute()
+    return [_state(keys, reply) for keys, reply in zip(many, replies, strict=True)]
+
+
+@contextmanager
+def refusals(action: str) -> Iterator[None]:
+    """A command the server answered with an error: :class:`ServerRefused` (an ACL
+    permission, also one a script needs, which some servers do not name), or, for a slot
+    that lives on another node, a cluster node the tool was not told of (``--cluster``)."""
+    try:
+        yield
+    except (MovedError, AskError) as exc:
+        raise UsageError(
+            f"the server is a node of a Redis Cluster that does not say so (INFO is not "
+            f"allowed): pass --cluster ({exc})"
+        ) from exc
+    except ResponseError as exc:
+        raise ServerRefused(f"the server refused to {action}: {exc}") from exc
 
 
 def _snapshot_args(keys: LockKeys) -> tuple[Any, ...]:
@@ -267,7 +291,8 @@ def _state(keys: LockKeys, reply: Any) -> LockState:
 
 def evict(client: Any, keys: LockKeys) -> list[Holder]:
     """Delete the lease, writer and holders of ``keys.name`` at once; return who held them."""
-    lease, writer, shared = client.eval(EVICT_SCRIPT, 3, keys.lease, keys.writer, keys.holders)
+    with refusals(f"release lock {keys.name!r}"):
+        lease, writer, shared = client.eval(EVICT_SCRIPT, 3, keys.lease, keys.writer, keys.holders)
     evicted = [_holder("lock", split_lease_value(_text(lease))[1], None)] if lease else []
     if writer is not None:
         evicted.append(_holder("rw-write", _text(writer), None))

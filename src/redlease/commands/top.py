@@ -27,6 +27,7 @@ import redis
 
 from redlease.commands.common import (
     ExitCode,
+    UsageError,
     add_connection_options,
     connect,
     positive_float,
@@ -36,6 +37,7 @@ from redlease.commands.output import divert_log
 from redlease.commands.state import LockState, names, snapshots
 from redlease.commands.top_model import SORTS, Tracker, next_sort
 from redlease.commands.top_view import Frame, LiveScreen, print_table
+from redlease.errors import ServerRefused
 from redlease.keys import LockKeys, validate_prefix
 from redlease.urls import redacted
 
@@ -45,6 +47,9 @@ DEFAULT_INTERVAL = 1.0
 READ_TIMEOUT = 2.0
 """A reading that takes longer fails (and is retried next interval): ``q`` must still work."""
 logger = logging.getLogger("redlease")
+READ_ERRORS = (redis.RedisError, ServerRefused, UsageError)
+"""What a live reading meets and shows as a warning line, trying again (a permission revoked
+while top runs, a failover)."""
 
 
 def register(commands: Any) -> None:
@@ -108,7 +113,7 @@ def _check_due(reader: _Reader, tracker: Tracker) -> None:
         return
     try:
         states = reader.read(due)
-    except redis.RedisError:
+    except READ_ERRORS:
         return  # the next full reading says what is wrong
     tracker.record(states, time.monotonic(), complete=False)
 
@@ -172,7 +177,7 @@ class _Screen:
     def _read_all(self) -> None:
         try:
             states = self.reader.read_all()
-        except redis.RedisError as error:
+        except READ_ERRORS as error:
             logger.warning("cannot read the locks (%s); trying again", error)
             return
         self.warning = ""

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from redis.crc import key_slot
 
+from redlease.core.failures import unavailable
 from redlease.core.ops import Claim, RunScript
 from redlease.core.protocol import (
     NETWORK_ERRORS,
@@ -26,7 +27,6 @@ from redlease.core.protocol import (
     acquire_flow,
     extend_flow,
     release_flow,
-    unavailable,
 )
 from redlease.core.replication import ReplicaShortfall
 from redlease.core.replies import fence_error, text_of

@@ -14,20 +14,17 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from redlease.compat import (
-    AuthenticationErrors,
     ClusterErrors,
     ConnectionErrors,
     TimeoutErrors,
-    not_a_cluster,
 )
+from redlease.core.failures import unavailable
 from redlease.core.lease import local_deadline
 from redlease.core.ops import Claim, Operation, RunScript, Subscribe, Wait
 from redlease.core.replication import ReplicaShortfall
 from redlease.core.replies import fence_error, foreign_value, script_answer, text_of
 from redlease.errors import (
-    AuthenticationFailed,
     LockError,
-    ServerRefused,
     ServerUnavailable,
 )
 from redlease.keys import LockKeys
@@ -37,9 +34,8 @@ Clock = Callable[[], float]
 Flow = Generator[Operation, Any, Any]
 
 NETWORK_ERRORS: tuple[type[Exception], ...] = (*ConnectionErrors, *TimeoutErrors, *ClusterErrors)
-"""No answer from the server. redis-py's cluster client says so with RedisClusterException
-(no node answers, or the nodes disagree on the slots), which is no ConnectionError; our
-scripts are single-slot, so that is the only meaning it can have for us."""
+"""No answer from the server; redis-py's cluster client says so with RedisClusterException
+(no node answers, or the nodes disagree on the slots), which is no ConnectionError."""
 EXPIRY_SLACK_S = 0.002
 """Added to a holder's remaining TTL when waiting on it, so the retry finds it expired."""
 
@@ -116,24 +112,6 @@ class Grant:
     """Monotonic time the granting request left: the lease ends no earlier than this + TTL."""
     contended: bool = False
     """Another owner held the lock when this acquisition began (it waited, or was refused)."""
-
-
-def unavailable(keys: LockKeys, action: str, exc: BaseException) -> LockError:
-    """The error for a failed round trip: unreachable, or (a redis-py ConnectionError too)
-    our credentials refused (or a cluster client on a server that is no cluster)."""
-    mistake = not_a_cluster(exc)
-    if mistake is not None:
-        return mistake
-    if isinstance(exc, AuthenticationErrors):
-        return AuthenticationFailed(
-            f"could not {action} lock {keys.name!r}: the server refused our credentials ({exc})"
-        )
-    return ServerUnavailable(f"could not {action} lock {keys.name!r}: server unreachable ({exc})")
-
-
-def refused(operation: RunScript, exc: BaseException) -> ServerRefused:
-    where = operation.keys[0] if operation.keys else operation.script.value
-    return ServerRefused(f"the server refused a lock command on {where!r}: {exc}")
 
 
 @dataclass(frozen=True)
@@ -307,7 +285,9 @@ def release_flow(
     attempts: int = RELEASE_ATTEMPTS,
     latch: bool = True,
 ) -> Flow:
-    """Release (handing on to the first live waiter), retrying only a lost reply.
+    """Release (handing on to the first live waiter), retrying only a lost reply: a broken
+    connection is tried again at once, a server that did not answer within the socket
+    timeout is not (the caller goes on from the background, see ``background.py``).
 
     With ``withdraw`` the caller is a waiter giving up: it leaves the queue first, and
     whatever was handed to it meanwhile is passed on. Returns the script's code:
@@ -318,7 +298,7 @@ def release_flow(
         try:
             reply = yield operation
         except NETWORK_ERRORS as exc:
-            if attempt == attempts:
+            if attempt == attempts or isinstance(exc, TimeoutErrors):
                 action = "withdraw from the queue of" if withdraw else "release"
                 raise unavailable(claim.keys, action, exc) from exc
             continue

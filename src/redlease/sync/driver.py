@@ -11,8 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from redlease.compat import ResponseErrors
+from redlease.core.failures import refused
 from redlease.core.ops import RunScript, Subscribe
-from redlease.core.protocol import NETWORK_ERRORS, Flow, refused
+from redlease.core.protocol import NETWORK_ERRORS, Flow
 from redlease.core.replication import ReplicaShortfall
 from redlease.sync._flavor import check_cancelled
 from redlease.sync.notify import Notifier

@@ -21,6 +21,8 @@ from redis.cluster import RedisCluster
 
 from redlease.compat import ResponseErrors, narrow_encoding
 from redlease.core.base import LeasedBase
+from redlease.core.eviction import eviction_warning
+from redlease.core.failures import unavailable
 from redlease.core.hooks import ERROR, Hooks, combine
 from redlease.core.lease import PAST_DEADLINE, Lease, ReleaseOutcome
 from redlease.core.multi import one_slot
@@ -37,7 +39,6 @@ from redlease.core.protocol import (
     acquire_flow,
     give_back,
     release_flow,
-    unavailable,
 )
 from redlease.core.renewal import renewal_answers, renewal_calls
 from redlease.core.replication import ReplicaAcks, ReplicaShortfall
@@ -63,8 +64,7 @@ from redlease.sync.scripts import Scripts
 
 INLINE_WITHDRAWAL_S = 1.0
 """How long a cancelled acquire waits for its withdrawal before leaving it to the
-background: a server that answers does in a round trip, and one that has stopped must not
-hold the caller's cancellation (or time limit) up, whatever the client's socket timeout."""
+background: a stopped server must not hold up the caller's cancellation or time limit."""
 logger = logging.getLogger("redlease")
 
 
@@ -95,9 +95,7 @@ class Engine(Client):
         self._renewer = Renewer(self)
         self._hooks = combine(hooks)
         self._watching = False
-        self._setting_up = Guard()
-        """Held while the first call looks at the server (and maybe switches to a cluster
-        client): calls that start together wait for it instead of each doing it."""
+        self._setting_up = Guard()  # see _ready
         self._ready_publish: str | None = None
         """The publish command once :meth:`_commands` has run: later acquires skip the call."""
         self._background = self._new_background()
@@ -170,14 +168,7 @@ class Engine(Client):
     def _commands(self) -> PubSubCommands:
         """Which pub/sub commands this server has; asked once per client."""
         self._refuse_if_closed()
-        self._on_this_loop()
-        if not self._watching:
-            with self._setting_up:
-                if not self._watching:
-                    self._follow_a_cluster()
-                    self._notifier.watch_master()
-                    self._warn_if_evicting()
-                    self._watching = True
+        self._ready()
         if self._pubsub_commands is None:
             try:
                 self.client.spublish(f"{self.prefix}:{{probe}}:wake", "")
@@ -188,6 +179,20 @@ class Engine(Client):
                 self._pubsub_commands = PubSubCommands(sharded=True)
         self._ready_publish = self._pubsub_commands.publish
         return self._pubsub_commands
+
+    def _ready(self) -> None:
+        """Work on the running event loop, after the client's one look at its server before
+        its first command of any kind: a cluster node's URL becomes a cluster client, a
+        Sentinel's failovers are followed, an evicting server is warned about. Calls that
+        start together wait for the first to finish it."""
+        self._on_this_loop()
+        if not self._watching:
+            with self._setting_up:
+                if not self._watching:
+                    self._follow_a_cluster()
+                    self._notifier.watch_master()
+                    self._warn_if_evicting()
+                    self._watching = True
 
     def _follow_a_cluster(self) -> None:
         """A plain client on a Redis Cluster node would meet MOVED on most names: from a
@@ -220,21 +225,13 @@ class Engine(Client):
         return has_sharded_pubsub(info)
 
     def _warn_if_evicting(self) -> None:
-        """Say once if the server may evict keys: a lock evicted under memory pressure is
-        simply gone, and another client takes it."""
+        """Say once if the server may evict keys (see :func:`eviction_warning`)."""
         try:
             config = self.client.config_get("maxmemory*")
         except ResponseErrors:  # CONFIG is often forbidden (ACL, managed services)
             return
-        policy = str(config.get("maxmemory-policy", "noeviction"))
-        if str(config.get("maxmemory", "0")) != "0" and policy != "noeviction":
-            counter = policy.startswith("allkeys")  # the counter has no expiry to go by
-            logger.warning(
-                "the server evicts keys under memory pressure (maxmemory-policy %s): a lock "
-                "can vanish while held%s; use noeviction on servers that keep locks",
-                policy,
-                ", and a fencing counter too (tokens start again from 1)" if counter else "",
-            )
+        if (warning := eviction_warning(config)) is not None:
+            logger.warning("%s", warning)
 
     def _publish_for(self, primitive: LeasedBase[Any]) -> str:
         """:meth:`_commands_for` a primitive about to acquire: a failure is reported to the
@@ -373,7 +370,10 @@ class Engine(Client):
 
     def _drive(self, flow: Flow) -> Any:
         """Carry out a flow on this client's connections, on the running event loop."""
-        self._on_this_loop()
+        try:
+            self._ready()
+        except NETWORK_ERRORS as exc:
+            raise unavailable(None, "use", exc) from exc
         return run_flow(flow, self._scripts, self._notifier)
 
     def close(self) -> None:

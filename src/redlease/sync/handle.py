@@ -6,9 +6,10 @@ from __future__ import annotations
 from redlease.compat import ResponseErrors
 from redlease.core.base import LockBase
 from redlease.core.client_state import LocksT
+from redlease.core.failures import unavailable
 from redlease.core.lease import Lease, ReleaseOutcome
 from redlease.core.owner import Owner
-from redlease.core.protocol import NETWORK_ERRORS, extend_flow, unavailable
+from redlease.core.protocol import NETWORK_ERRORS, extend_flow
 from redlease.core.replies import text_of
 from redlease.errors import LeaseLost, LockTimeout, ServerRefused, WrongKeyType
 from redlease.sync._flavor import current_owner, fire
@@ -118,8 +119,8 @@ class Lock(LeaseHandle[Engine]):
         is a :class:`WrongKeyType` (``expected`` names what belongs there), another refusal
         (a cluster that is down) :class:`ServerRefused`, and no answer (no cluster node
         either) :class:`ServerUnavailable`."""
-        self._locks._on_this_loop()
         try:
+            self._locks._ready()
             try:
                 return self._locks.client.execute_command(command, key, *args)
             except ResponseErrors as exc:

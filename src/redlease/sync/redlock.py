@@ -19,6 +19,7 @@ from typing import Any
 from redis import Redis
 
 from redlease.compat import ResponseErrors
+from redlease.core.failures import refused
 from redlease.core.hooks import Hooks, combine
 from redlease.core.lease import PAST_DEADLINE, Lease, ReleaseOutcome
 from redlease.core.ops import Claim, RunScript
@@ -30,7 +31,6 @@ from redlease.core.protocol import (
     Clock,
     Grant,
     alive,
-    refused,
 )
 from redlease.core.redlock import (
     ROUND_FLOOR_S,
