@@ -10,6 +10,7 @@ import pytest
 import redis
 
 import redlease
+from conftest import PRIVATE_SERVERS_ONLY
 
 
 def test_an_async_client_moves_to_the_next_event_loop(redlease_url, prefix):
@@ -26,6 +27,26 @@ def test_an_async_client_moves_to_the_next_event_loop(redlease_url, prefix):
     assert fences == [1, 2, 3]
     with redis.Redis.from_url(redlease_url) as plain:
         assert not plain.exists(f"{prefix}:{{job}}")
+
+
+@pytest.mark.cluster
+@PRIVATE_SERVERS_ONLY
+def test_an_async_cluster_client_moves_to_the_next_event_loop(redlease_cluster, prefix):
+    """A cluster client keeps connections per node, not in one pool: the move dropped only
+    a pool's, and the next loop met the old loop's connections (an AttributeError on the
+    nodes, then "Event loop is closed" at aclose())."""
+    locks = redlease.AsyncLocks(redlease_cluster.url, cluster=True, prefix=prefix)
+    fences = []
+
+    async def take() -> None:
+        async with locks.lock("job", ttl=5) as lease:
+            fences.append(lease.fence)
+
+    for _ in range(3):
+        asyncio.run(take())
+    asyncio.run(locks.aclose())
+    assert fences == sorted(set(fences)), fences
+    assert len(fences) == 3
 
 
 def test_a_lease_left_held_by_a_loop_that_is_gone_is_given_back(redlease_url, prefix):

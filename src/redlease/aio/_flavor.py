@@ -241,12 +241,11 @@ def loop_is_over(loop: Any) -> bool:
 def forget_connections(client: Any) -> None:
     """Drop, without closing, every pooled connection: they belong to a loop that is gone."""
     pools = [client.connection_pool] if not is_cluster(client) else []
-    if is_cluster(client):
-        pools += [
-            node.redis_connection.connection_pool
-            for node in client.get_nodes()
-            if node.redis_connection is not None
-        ]
+    if is_cluster(client):  # an asyncio cluster node keeps its own connections
+        manager = client.nodes_manager
+        for node in [*manager.nodes_cache.values(), *manager.startup_nodes.values()]:
+            node._connections.clear()
+            node._free.clear()
     _, made = _node_clients.pop(client, (None, {}))
     pools += [node_client.connection_pool for node_client in made.values()]
     for pool in pools:
