@@ -77,9 +77,20 @@ def far_away(links: list[Link]) -> float:
 
 
 async def warm_up(redlock: Any) -> None:
-    """The first contact with each master made, and the scripts of every step loaded."""
+    """The first contact with each master made, and the scripts of every step loaded.
+
+    A master's first connection counts for a round only while it opens within the bound
+    the first round allows it; on a loaded machine one may open later, and the round
+    fails as unavailable: that is the behaviour under test elsewhere, so the warm-up tries
+    again (the connection it opened is there for the next round)."""
     warm = redlock.lock("warm", ttl=TTL_S)
-    await warm.acquire(timeout=5)
+    for attempt in range(3):
+        try:
+            await warm.acquire(timeout=5)
+            break
+        except redlease.ServerUnavailable:
+            if attempt == 2:
+                raise
     await warm.extend(TTL_S)
     await warm.release()
 
@@ -121,7 +132,9 @@ async def test_a_silent_majority_is_unavailable_within_the_timeout(links, flavor
     redlock = redlock_over(flavor, links, prefix)
     try:
         started = time.monotonic()
-        with pytest.raises(redlease.ServerUnavailable, match="1 of 3 masters answered"):
+        # the healthy master's first connection, slower than a round on a loaded machine,
+        # may leave it out of every round of this one second
+        with pytest.raises(redlease.ServerUnavailable, match=r"[01] of 3 masters answered"):
             await redlock.lock("job").acquire(timeout=1)  # a 30 s lease: its validity is long
         took = time.monotonic() - started
         assert took < 1 + ROUND_FLOOR_S + 1, f"acquire(timeout=1) gave up after {took:.2f} s"
