@@ -7,6 +7,7 @@ of its own, so the listings hold only what the test put there.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -15,15 +16,18 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 import uuid
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 import redis
 
 import redlease
-from conftest import run_redlease
-from redlease import ReleaseOutcome
+from conftest import allowing, eventually, run_redlease
+from redlease import Lease, ReleaseOutcome
 from redlease.server import EmbeddedServer
 
 RUN_TIMEOUT = 30
@@ -158,6 +162,60 @@ def test_release_needs_force_and_then_evicts_the_holder_but_keeps_the_fence(
         other.lock("stuck").release()
     assert lock.release() is ReleaseOutcome.EXPIRED
     assert lease.lost
+
+
+def wait_in_thread(acquire: Any) -> tuple[threading.Thread, list[object]]:
+    """Run ``acquire`` in a thread; its lease, or the error it raised, lands in the list."""
+    outcome: list[object] = []
+
+    def wait() -> None:
+        try:
+            outcome.append(acquire())
+        except Exception as error:  # the assertion names it
+            outcome.append(error)
+
+    thread = threading.Thread(target=wait, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+def test_release_force_wakes_the_waiters_of_a_lock(redlease_url, prefix, locks, round_trip):
+    """The waiter takes the freed lock within round trips, not when the evicted lease
+    (30 s, renewed) would have run out."""
+    locks.lock("stuck", ttl=30).acquire()
+    with redlease.Locks(redlease_url, prefix=prefix) as other:
+        thread, outcome = wait_in_thread(lambda: other.lock("stuck").acquire(timeout=25))
+        with redis.Redis.from_url(redlease_url) as client:
+            assert asyncio.run(eventually(lambda: client.llen(f"{prefix}:{{stuck}}:queue"), 10))
+        forced = run_cli("release", "stuck", "--force", "--prefix", prefix, url=redlease_url)
+        evicted = time.monotonic()
+        assert forced.returncode == 0, forced.stderr
+        thread.join(30)
+        took = time.monotonic() - evicted
+        assert [type(got) for got in outcome] == [Lease], outcome
+        assert took < allowing(round_trip, quiet=2.0), f"the waiter got it {took:.2f} s later"
+
+
+def test_release_force_wakes_every_reader_behind_an_evicted_writer(
+    redlease_url, prefix, locks, round_trip
+):
+    locks.rw_lock("table", ttl=30).write.acquire()
+    with redlease.Locks(redlease_url, prefix=prefix) as other:
+        waiting = [
+            wait_in_thread(lambda: other.rw_lock("table").read.acquire(timeout=25))
+            for _ in range(2)
+        ]
+        with redis.Redis.from_url(redlease_url) as client:
+            queue = f"{prefix}:{{table}}:queue"
+            assert asyncio.run(eventually(lambda: client.llen(queue) == 2, 10))
+        forced = run_cli("release", "table", "--force", "--prefix", prefix, url=redlease_url)
+        evicted = time.monotonic()
+        assert forced.returncode == 0, forced.stderr
+        for thread, outcome in waiting:
+            thread.join(30)
+            assert [type(got) for got in outcome] == [Lease], outcome
+        took = time.monotonic() - evicted
+        assert took < allowing(round_trip, quiet=2.0), f"the readers got in {took:.2f} s later"
 
 
 def test_release_of_a_free_lock_says_there_was_nothing(redlease_url, prefix):

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+import redis
 
 import redlease
 from conftest import run_redlease
@@ -88,6 +91,35 @@ def test_show_and_release_reach_a_lock_on_another_master(cluster, prefix, held):
     assert released.returncode == 0, released.stderr
     assert "removed the lock lease" in released.stdout
     assert json.loads(after.stdout.splitlines()[-1])["holders"] == []
+
+
+def test_release_force_wakes_a_waiter_on_another_master(cluster, prefix, spread):
+    """The waiter listens on its slot's master (sharded pub/sub); it takes the freed lock
+    at once, not when the evicted 30 s lease would have run out."""
+    name = next(
+        name
+        for name in spread
+        if cluster.master_for_key(f"{prefix}:{{{name}}}").port != cluster.masters()[0].port
+    )
+    with (
+        redlease.Locks(cluster.url, prefix=prefix, cluster=True) as holder,
+        redlease.Locks(cluster.url, prefix=prefix, cluster=True) as waiter,
+    ):
+        holder.lock(name, ttl=30).acquire()
+        waiting = waiter.lock(name)
+        with ThreadPoolExecutor(1) as pool:
+            got = pool.submit(waiting.acquire, timeout=20)
+            with redis.Redis(port=cluster.master_for_key(f"{prefix}:{{{name}}}").port) as node:
+                queue = f"{prefix}:{{{name}}}:queue"
+                deadline = time.monotonic() + 10
+                while not node.llen(queue) and time.monotonic() < deadline:
+                    time.sleep(0.01)
+            released = run_cli("release", name, "--force", "--prefix", prefix, url=cluster.url)
+            evicted = time.monotonic()
+            assert released.returncode == 0, released.stderr
+            assert got.result(timeout=30).fence > 0
+            took = time.monotonic() - evicted
+    assert took < 5, f"the waiter got the lock {took:.2f} s after the eviction"
 
 
 def test_run_takes_locks_on_every_master_without_being_told(cluster, prefix, spread):

@@ -3,7 +3,8 @@
 It deletes the lease of a lock (and the writer and the readers/permits of a read-write
 lock or semaphore of that name) whoever holds it. It never deletes the fencing counter:
 the next holder must get a larger token than the evicted one, so that the evicted
-holder's late writes are still refused by a fenced resource.
+holder's late writes are still refused by a fenced resource. The waiters are woken in the
+same script, so they need not wait out the evicted lease.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def force_release(args: argparse.Namespace) -> int:
         print(f"{keys.name}: removed the {holder.kind} lease of {holder.describe()}")
     print(
         f"{keys.name}: kept the fence counter ({fence if fence is not None else 'none'}): "
-        "the next holder gets a larger token; waiters take the lock at their next check"
+        "the next holder gets a larger token; the waiters were woken to try again"
     )
     return ExitCode.OK
 

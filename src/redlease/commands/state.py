@@ -25,59 +25,13 @@ from redlease.commands.common import UsageError
 from redlease.core.claims import split_lease_value
 from redlease.errors import ServerRefused
 from redlease.keys import LockKeys
+from redlease.scripts import ScriptName
 
 __all__ = ["Holder", "LockState", "evict", "names", "parse_token", "snapshot", "snapshots"]
 
 SCAN_COUNT = 1000
 FENCE_SUFFIX = "}:fence"
 QUEUE_SHOWN = 100
-
-# KEYS: lease, fence, queue, holders, writer, count. ARGV[1]: how many waiters to list.
-# Returns {server ms, lease token, lease pttl, fence, queue length, first waiters,
-#          {token, expiry ms, ...} of live shared holders, writer token, writer pttl,
-#          latch count, latch pttl}; a key of a foreign type reads as absent.
-SNAPSHOT_SCRIPT = """
-local t = redis.call('time')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local function text(key)
-  local value = redis.pcall('get', key)
-  if type(value) == 'string' then return value end
-  return false
-end
-local function listed(reply)
-  if type(reply) == 'table' and not reply.err then return reply end
-  return {}
-end
-local queue_length = redis.pcall('llen', KEYS[3])
-if type(queue_length) ~= 'number' then queue_length = 0 end
-return {
-  now,
-  text(KEYS[1]), redis.call('pttl', KEYS[1]),
-  text(KEYS[2]),
-  queue_length, listed(redis.pcall('lrange', KEYS[3], 0, tonumber(ARGV[1]) - 1)),
-  listed(redis.pcall('zrangebyscore', KEYS[4], '(' .. now, '+inf', 'WITHSCORES')),
-  text(KEYS[5]), redis.call('pttl', KEYS[5]),
-  text(KEYS[6]), redis.call('pttl', KEYS[6]),
-}
-"""
-
-# KEYS: lease, writer, holders. Deletes the three (only when they have the types redlease
-# gives them) and returns what they held: {lease token, writer token, {holder tokens}}.
-# The fence counter is never touched: tokens must keep growing after an eviction.
-EVICT_SCRIPT = """
-local function take(key, kind)
-  if redis.call('type', key).ok ~= kind then return false end
-  local value
-  if kind == 'zset' then
-    value = redis.call('zrange', key, 0, -1)
-  else
-    value = redis.call('get', key)
-  end
-  redis.call('del', key)
-  return value
-end
-return {take(KEYS[1], 'string'), take(KEYS[2], 'string'), take(KEYS[3], 'zset') or {}}
-"""
 
 
 @dataclass(frozen=True)
@@ -215,7 +169,7 @@ def names(client: Any, prefix: str, pattern: str = "*") -> list[str]:
 def snapshot(client: Any, keys: LockKeys) -> LockState:
     """One consistent reading of every key of ``keys.name``."""
     with refusals(f"read lock {keys.name!r}"):
-        return _state(keys, client.eval(SNAPSHOT_SCRIPT, *_snapshot_args(keys)))
+        return _state(keys, client.eval(ScriptName.SNAPSHOT.source, *_snapshot_args(keys)))
 
 
 def snapshots(client: Any, many: list[LockKeys]) -> list[LockState]:
@@ -224,7 +178,7 @@ def snapshots(client: Any, many: list[LockKeys]) -> list[LockState]:
         return []
     pipe = client.pipeline(transaction=False)
     for keys in many:  # a cluster pipeline has no eval(); it routes EVAL by its keys
-        pipe.execute_command("EVAL", SNAPSHOT_SCRIPT, *_snapshot_args(keys))
+        pipe.execute_command("EVAL", ScriptName.SNAPSHOT.source, *_snapshot_args(keys))
     with refusals("read the locks"):
         replies = pipe.execute()
     return [_state(keys, reply) for keys, reply in zip(many, replies, strict=True)]
@@ -290,9 +244,18 @@ def _state(keys: LockKeys, reply: Any) -> LockState:
 
 
 def evict(client: Any, keys: LockKeys) -> list[Holder]:
-    """Delete the lease, writer and holders of ``keys.name`` at once; return who held them."""
+    """Delete the lease, writer and holders of ``keys.name`` at once and wake its waiters;
+    return who held them."""
     with refusals(f"release lock {keys.name!r}"):
-        lease, writer, shared = client.eval(EVICT_SCRIPT, 3, keys.lease, keys.writer, keys.holders)
+        lease, writer, shared = client.eval(
+            ScriptName.EVICT.source,
+            4,
+            keys.lease,
+            keys.writer,
+            keys.holders,
+            keys.queue,
+            keys.wake_prefix,
+        )
     evicted = [_holder("lock", split_lease_value(_text(lease))[1], None)] if lease else []
     if writer is not None:
         evicted.append(_holder("rw-write", _text(writer), None))

@@ -19,6 +19,8 @@ class ScriptName(enum.Enum):
     COUNTDOWN = "countdown"
     MULTI_ACQUIRE = "multi_acquire"
     FENCE_FLOOR = "fence_floor"
+    SNAPSHOT = "snapshot"
+    EVICT = "evict"
 
     @property
     def source(self) -> str:
@@ -36,6 +38,7 @@ WITH_LIBRARY = frozenset(
         ScriptName.RENEW,
         ScriptName.SHARED,
         ScriptName.MULTI_ACQUIRE,
+        ScriptName.EVICT,
     }
 )
 

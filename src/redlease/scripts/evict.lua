@@ -1,0 +1,40 @@
+-- Force a lock free, whoever holds it (`redlease release NAME --force`).
+-- KEYS[1] lease, KEYS[2] writer, KEYS[3] shared holders: each is deleted only when it has
+-- the type redlease gives it; KEYS[4] the waiter queue, left in place
+-- ARGV[1] wake-up channel prefix of the name's slot (a client listens on prefix .. its id)
+-- The fence counter is never touched: tokens must keep growing after an eviction.
+-- When something was held, the first 64 waiters are sent "try again" (an empty fence, as
+-- a release that cannot hand over sends), so they find the lock free within round trips,
+-- not when the evicted lease would have ended; the queue's order still decides who gets
+-- in (a fair lock's head first, readers up to a waiting writer). Which channel a client
+-- listens on (sharded or not) is its own choice, so both are published to.
+-- Returns {lease token, writer token, {holder tokens}}; a key of a foreign type reads false.
+local function take(key, kind)
+  if redis.call('type', key).ok ~= kind then
+    return false
+  end
+  local value
+  if kind == 'zset' then
+    value = redis.call('zrange', key, 0, -1)
+  else
+    value = redis.call('get', key)
+  end
+  redis.call('del', key)
+  return value
+end
+
+local lease, writer, shared = take(KEYS[1], 'string'), take(KEYS[2], 'string'), take(KEYS[3], 'zset')
+if lease or writer or shared then
+  local waiting = redis.pcall('lrange', KEYS[4], 0, 63)
+  if type(waiting) == 'table' and not waiting.err then
+    local now = ':' .. server_ms() .. ':'
+    for _, entry in ipairs(waiting) do
+      local _, client, token = entry_parts((string.gsub(entry, '^[rw]:', '', 1)))
+      if client then
+        redis.pcall('spublish', ARGV[1] .. client, now .. token)
+        redis.pcall('publish', ARGV[1] .. client, now .. token)
+      end
+    end
+  end
+end
+return {lease, writer, shared or {}}
