@@ -196,6 +196,35 @@ def test_release_force_wakes_the_waiters_of_a_lock(redlease_url, prefix, locks, 
         assert took < allowing(round_trip, quiet=2.0), f"the waiter got it {took:.2f} s later"
 
 
+def test_release_force_lets_the_first_waiter_of_a_lock_in_first(redlease_url, prefix, locks):
+    """As a release hands a lock to the queue's head, so does a forced release: the
+    waiters do not race for it."""
+    locks.lock("line", ttl=30).acquire()
+    order: list[int] = []
+    clients = [redlease.Locks(redlease_url, prefix=prefix) for _ in range(5)]
+
+    def wait(number: int) -> None:
+        lock = clients[number].lock("line")
+        lock.acquire(timeout=25)
+        order.append(number)
+        lock.release()
+
+    threads = []
+    with redis.Redis.from_url(redlease_url) as client:
+        for number in range(len(clients)):
+            threads.append(threading.Thread(target=wait, args=(number,), daemon=True))
+            threads[-1].start()
+            queue, length = f"{prefix}:{{line}}:queue", number + 1
+            assert asyncio.run(eventually(lambda q=queue, n=length: client.llen(q) == n, 10))
+    forced = run_cli("release", "line", "--force", "--prefix", prefix, url=redlease_url)
+    assert forced.returncode == 0, forced.stderr
+    for thread in threads:
+        thread.join(30)
+    for other in clients:
+        other.close()
+    assert order == list(range(len(clients)))
+
+
 def test_release_force_wakes_every_reader_behind_an_evicted_writer(
     redlease_url, prefix, locks, round_trip
 ):

@@ -3,11 +3,13 @@
 -- the type redlease gives it; KEYS[4] the waiter queue, left in place
 -- ARGV[1] wake-up channel prefix of the name's slot (a client listens on prefix .. its id)
 -- The fence counter is never touched: tokens must keep growing after an eviction.
--- When something was held, the first 64 waiters are sent "try again" (an empty fence, as
--- a release that cannot hand over sends), so they find the lock free within round trips,
--- not when the evicted lease would have ended; the queue's order still decides who gets
--- in (a fair lock's head first, readers up to a waiting writer). Which channel a client
--- listens on (sharded or not) is its own choice, so both are published to.
+-- When something was held, waiters are sent "try again" (an empty fence, as a release that
+-- cannot hand over sends), so they find the lock free within round trips, not when the
+-- evicted lease would have ended: a lock's first live waiter alone, as a release hands
+-- it to the first (one whose client no longer listens is passed over, as there), and the
+-- first 64 waiters of a read-write lock or semaphore, whose queue order then lets in
+-- readers up to a waiting writer. Which channel a client listens on (sharded or not) is
+-- its own choice, so both are published to.
 -- Returns {lease token, writer token, {holder tokens}}; a key of a foreign type reads false.
 local function take(key, kind)
   if redis.call('type', key).ok ~= kind then
@@ -29,10 +31,19 @@ if lease or writer or shared then
   if type(waiting) == 'table' and not waiting.err then
     local now = ':' .. server_ms() .. ':'
     for _, entry in ipairs(waiting) do
-      local _, client, token = entry_parts((string.gsub(entry, '^[rw]:', '', 1)))
+      local shared = string.find(entry, '^[rw]:') ~= nil
+      local _, client, token = entry_parts(shared and string.sub(entry, 3) or entry)
       if client then
-        redis.pcall('spublish', ARGV[1] .. client, now .. token)
-        redis.pcall('publish', ARGV[1] .. client, now .. token)
+        local heard = 0
+        for _, publish in ipairs({'spublish', 'publish'}) do
+          local listeners = redis.pcall(publish, ARGV[1] .. client, now .. token)
+          if type(listeners) == 'number' then
+            heard = heard + listeners
+          end
+        end
+        if heard > 0 and not shared then
+          break
+        end
       end
     end
   end
