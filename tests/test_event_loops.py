@@ -13,8 +13,8 @@ import redlease
 from conftest import PRIVATE_SERVERS_ONLY
 
 
-def test_an_async_client_moves_to_the_next_event_loop(redlease_url, prefix):
-    locks = redlease.AsyncLocks(redlease_url, prefix=prefix)
+def fences_over_three_loops(locks: redlease.AsyncLocks) -> list[int]:
+    """Take and release "job" on three event loops in turn, then close: the fences."""
     fences = []
 
     async def take() -> None:
@@ -24,6 +24,11 @@ def test_an_async_client_moves_to_the_next_event_loop(redlease_url, prefix):
     for _ in range(3):
         asyncio.run(take())
     asyncio.run(locks.aclose())
+    return fences
+
+
+def test_an_async_client_moves_to_the_next_event_loop(redlease_url, prefix):
+    fences = fences_over_three_loops(redlease.AsyncLocks(redlease_url, prefix=prefix))
     assert fences == [1, 2, 3]
     with redis.Redis.from_url(redlease_url) as plain:
         assert not plain.exists(f"{prefix}:{{job}}")
@@ -36,15 +41,7 @@ def test_an_async_cluster_client_moves_to_the_next_event_loop(redlease_cluster, 
     a pool's, and the next loop met the old loop's connections (an AttributeError on the
     nodes, then "Event loop is closed" at aclose())."""
     locks = redlease.AsyncLocks(redlease_cluster.url, cluster=True, prefix=prefix)
-    fences = []
-
-    async def take() -> None:
-        async with locks.lock("job", ttl=5) as lease:
-            fences.append(lease.fence)
-
-    for _ in range(3):
-        asyncio.run(take())
-    asyncio.run(locks.aclose())
+    fences = fences_over_three_loops(locks)
     assert fences == sorted(set(fences)), fences
     assert len(fences) == 3
 
