@@ -31,8 +31,8 @@ if lease or writer or shared then
   if type(waiting) == 'table' and not waiting.err then
     local now = ':' .. server_ms() .. ':'
     for _, entry in ipairs(waiting) do
-      local shared = string.find(entry, '^[rw]:') ~= nil
-      local _, client, token = entry_parts(shared and string.sub(entry, 3) or entry)
+      local reader_or_writer = string.find(entry, '^[rw]:') ~= nil
+      local _, client, token = entry_parts(reader_or_writer and string.sub(entry, 3) or entry)
       if client then
         local heard = 0
         for _, publish in ipairs({'spublish', 'publish'}) do
@@ -41,7 +41,7 @@ if lease or writer or shared then
             heard = heard + listeners
           end
         end
-        if heard > 0 and not shared then
+        if heard > 0 and not reader_or_writer then
           break
         end
       end
