@@ -433,6 +433,42 @@ async def test_a_waiter_behind_a_silent_cluster_ends_by_its_timeout(
     assert took < timeout + 1 + allowing(round_trip, quiet=1.0), f"it ended after {took:.2f} s"
 
 
+@pytest.mark.timeout(120)
+async def test_close_leaves_a_move_off_a_silent_cluster_behind(
+    make_cluster_locks, cluster, prefix, round_trip, flavor
+):
+    """guide.md: ``close()`` waits up to 1 s for background work. A client moving its
+    wake-up channels off a silent node asks the nodes for the slot map, each for up to the
+    socket timeout (5 s): with every node paused, its close() still returns within a second,
+    and the move, once the nodes answer again, finds the client closed and opens nothing."""
+    timeout = 3.0
+    *_, waiting, _, waiter = await held_with_a_waiter(
+        make_cluster_locks, "mute", 30, timeout, {"ttl": 30}
+    )
+    locks = waiting if flavor == "async" else waiting.locks
+    notifier = locks._notifier
+    with node_client(cluster.master_for_key(f"{prefix}:{{mute}}")) as client:
+        assert await eventually(lambda: client.llen(f"{prefix}:{{mute}}:queue") == 1, 5)
+    for node in cluster.nodes:
+        node.pause()
+    try:
+        with pytest.raises((LockTimeout, redlease.ServerUnavailable)):
+            await asyncio.wait_for(waiter, 60)
+        movers = [link.mover for link in notifier._links.values() if link.moving()]
+        assert movers, "the client is moving its channels off the silent node"
+        started = time.monotonic()
+        await (locks.aclose() if flavor == "async" else asyncio.to_thread(locks.close))
+        took = time.monotonic() - started
+    finally:
+        for node in cluster.nodes:
+            node.resume()
+        await asyncio.to_thread(cluster.wait_until_ok, 30)
+    assert took < 1 + allowing(round_trip, quiet=1.0), f"close() took {took:.2f} s"
+    assert await eventually(lambda: not any(mover.alive() for mover in movers), 30)
+    assert notifier.connections() == 0, "the late move opened a link"
+    assert not notifier._links
+
+
 def test_a_slot_map_refresh_asks_a_silent_node_last(cluster, monkeypatch):
     """Asking a paused node for the slot map waits out the socket timeout; the refresh
     made when a node is found silent asks it last. (The node is put first in the client's

@@ -302,9 +302,10 @@ class Worker:
     def alive(self) -> bool:
         return not self._task.done()
 
-    async def stop(self) -> None:
-        self._task.cancel()
-        await asyncio.wait([self._task])
+    async def stop(self, within: float | None = None) -> None:
+        self._task.cancel()  # and wait for the end (``within`` seconds at most, when given)
+        if within is None or within > 0:
+            await asyncio.wait([self._task], timeout=within)
 
     async def wait(self, within: float) -> None:
         """Let the loop end by itself, for ``within`` seconds at most."""

@@ -260,9 +260,11 @@ class Worker:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
-    def stop(self) -> None:
+    def stop(self, within: float | None = None) -> None:
+        """Wait for the loop's end (a thread cannot be cancelled: its owner told the loop
+        to end), ``within`` seconds at most (:data:`STOP_TIMEOUT_S` by default)."""
         if self._thread is not threading.current_thread():
-            self._thread.join(STOP_TIMEOUT_S)
+            self._thread.join(STOP_TIMEOUT_S if within is None else within)
 
     def wait(self, within: float) -> None:
         """Let the loop end by itself, for ``within`` seconds at most."""

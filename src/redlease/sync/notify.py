@@ -65,6 +65,8 @@ class Notifier:
         self._links: dict[str, Link] = {}
         self._link_of: dict[str, Link] = {}
         self._closing = False
+        self._closes = 0
+        """How many times the notifier closed: a move begun before a close links nothing."""
         self._stray_until = 0.0
         self._guard = Guard()
 
@@ -158,11 +160,13 @@ class Notifier:
 
     def close(self) -> None:
         self._closing = True
+        self._closes += 1
         for link in list(self._links.values()):
             link.turn.close()
-            for worker in (link.reader, link.mover):
-                if worker is not None:
-                    worker.stop()
+            if link.reader is not None:
+                link.reader.stop()
+            if link.mover is not None:  # it may wait on silent nodes; it ends as a no-op
+                link.mover.stop(within=0.0)
             link.reader = link.mover = None
         with self._guard:
             for link in self._links.values():
@@ -324,11 +328,14 @@ class Notifier:
         is asked last for the slot map). Their waiters are not woken: a retry could still
         land on a demoted master and take a lock the new one never sees; their queue
         entries moved with the slot."""
+        closes = self._closes
         refresh_topology(self._client, avoid=None if dead is None else dead.name)
         commands = self._commands()
         for channel in channels:
             name, connect, _ = node_of(self._client, channel)
             with self._guard:
+                if self._closes != closes:
+                    return
                 old = self._link_of.get(channel)
                 if not self._book.is_subscribed(channel) or (dead and dead.name == name):
                     continue  # the dead node's slot has no new owner yet: try again later
@@ -368,12 +375,14 @@ class Notifier:
     def _moved_away(self, link: Link) -> bool:
         """Give a dead or silent cluster node's channels to their slots' owners, waking their
         waiters (a release there found no one listening); True once none is left."""
-        before = set(link.channels)
+        before, closes = set(link.channels), self._closes
         try:
             self._rehome(list(link.channels), dead=link)
         except NETWORK_ERRORS:
             logger.debug("could not move the channels of %s yet", link.name)
         with self._guard:
+            if self._closes != closes:
+                return True
             self._wake(before - link.channels)
             if link.channels:
                 return False
