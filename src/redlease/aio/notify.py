@@ -64,8 +64,7 @@ class AsyncNotifier:
         self._links: dict[str, AsyncLink] = {}
         self._link_of: dict[str, AsyncLink] = {}
         self._closing = False
-        self._closes = 0
-        """How many times the notifier closed: a move begun before a close links nothing."""
+        self._closes = 0  # how many times it closed: a move begun before a close links nothing
         self._stray_until = 0.0
         self._guard = Guard()
 
@@ -158,14 +157,15 @@ class AsyncNotifier:
                     logger.debug("unsubscribe from %r failed; reconnecting", waiter.channel)
 
     async def aclose(self) -> None:
-        self._closing = True
-        self._closes += 1
+        self._closing, self._closes = True, self._closes + 1
+        async with self._guard:  # end every wait: a closed client takes no new lease
+            for waiter in self._book.on_channels(set(self._book.channels())):
+                waiter.end()
         for link in list(self._links.values()):
             link.turn.close()
-            if link.reader is not None:
-                await link.reader.stop()
-            if link.mover is not None:  # it may wait on silent nodes; it ends as a no-op
-                await link.mover.stop(within=0.0)
+            for worker, within in ((link.reader, None), (link.mover, 0.0)):
+                if worker is not None:  # a move may wait on silent nodes: it ends as a no-op
+                    await worker.stop(within=within)
             link.reader = link.mover = None
         async with self._guard:
             for link in self._links.values():

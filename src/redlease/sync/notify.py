@@ -65,8 +65,7 @@ class Notifier:
         self._links: dict[str, Link] = {}
         self._link_of: dict[str, Link] = {}
         self._closing = False
-        self._closes = 0
-        """How many times the notifier closed: a move begun before a close links nothing."""
+        self._closes = 0  # how many times it closed: a move begun before a close links nothing
         self._stray_until = 0.0
         self._guard = Guard()
 
@@ -159,14 +158,15 @@ class Notifier:
                     logger.debug("unsubscribe from %r failed; reconnecting", waiter.channel)
 
     def close(self) -> None:
-        self._closing = True
-        self._closes += 1
+        self._closing, self._closes = True, self._closes + 1
+        with self._guard:  # end every wait: a closed client takes no new lease
+            for waiter in self._book.on_channels(set(self._book.channels())):
+                waiter.end()
         for link in list(self._links.values()):
             link.turn.close()
-            if link.reader is not None:
-                link.reader.stop()
-            if link.mover is not None:  # it may wait on silent nodes; it ends as a no-op
-                link.mover.stop(within=0.0)
+            for worker, within in ((link.reader, None), (link.mover, 0.0)):
+                if worker is not None:  # a move may wait on silent nodes: it ends as a no-op
+                    worker.stop(within=within)
             link.reader = link.mover = None
         with self._guard:
             for link in self._links.values():

@@ -8,7 +8,7 @@ from typing import Protocol
 from redlease.core.ops import Claim
 from redlease.core.protocol import Clock, Handoff
 from redlease.core.subscriptions import refusal
-from redlease.errors import ServerRefused
+from redlease.errors import InvalidArgument, ServerRefused
 from redlease.sync._flavor import Wakeup
 
 
@@ -36,19 +36,29 @@ class Waiter:
         self.claim = claim
         self.wakeup = Wakeup()
         self.handoff: Handoff | None = None
-        self.refusal: Exception | None = None
-        """The server's refusal of this waiter's channel, subscribed again after a drop."""
+        self.failure: Exception | None = None
+        """Why no hand-off can come any more: its channel, subscribed again after a drop,
+        was refused, or its client closed."""
 
     def refuse(self, error: Exception) -> None:
         """Wake this waiter to say its channel was refused (a permission revoked)."""
-        self.refusal = error
+        failure = ServerRefused(refusal(self.channel, error))
+        failure.__cause__ = error
+        self.end(failure)
+
+    def end(self, failure: Exception | None = None) -> None:
+        """Wake this waiter to raise ``failure`` from its wait; by default, its client
+        closed (a closed client takes no new lease)."""
+        self.failure = failure or InvalidArgument(
+            "the client was closed while this acquire waited: it takes no new lease"
+        )
         self.wakeup.set()
 
     def wait(self, seconds: float) -> Handoff | None:
         """Sleep until a hand-off arrives or ``seconds`` pass; the hand-off, if any. On a
         cluster the waiter looks at its connection's pulse every second meanwhile. A
-        refused channel raises :class:`~redlease.errors.ServerRefused`: no hand-off can
-        come on it."""
+        refused channel raises :class:`~redlease.errors.ServerRefused`, a closed client
+        :class:`~redlease.errors.InvalidArgument`: no hand-off can come."""
         clock = self.notifier.clock
         ends = clock() + seconds
         while True:
@@ -56,8 +66,8 @@ class Waiter:
             left = self.notifier.read_for(self, step)
             woken = self.wakeup.wait(left) if left > 0 else self.wakeup.is_set()
             self.wakeup.clear()
-            if self.refusal is not None:
-                raise ServerRefused(refusal(self.channel, self.refusal)) from self.refusal
+            if self.failure is not None:
+                raise self.failure
             if woken or clock() >= ends:
                 return self.handoff
             self.notifier.look_at_link(self.channel)
