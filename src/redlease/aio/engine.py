@@ -28,7 +28,7 @@ from redlease.aio._flavor import (
     master_moved,
     shielded,
 )
-from redlease.aio.background import AsyncBackground
+from redlease.aio.background import CLOSE_GRACE_S, AsyncBackground
 from redlease.aio.client import AsyncClient, redis_client
 from redlease.aio.driver import run_flow
 from redlease.aio.notify import AsyncNotifier
@@ -265,6 +265,7 @@ class AsyncEngine(AsyncClient):
             raise
 
     async def _obtain_grant(self, request: AcquireRequest) -> Grant | None:
+        await self._on_this_loop()  # refused before anything is sent: nothing to undo
         try:
             grant: Grant | None = await self._drive(acquire_flow(request, self._clock))
         except ReplicaShortfall as short:
@@ -389,8 +390,9 @@ class AsyncEngine(AsyncClient):
         await self._on_this_loop()
         self._closed = True
         self._ready_publish = None
-        await self._renewer.stop()
+        until = self._clock() + CLOSE_GRACE_S  # one second for all of it
+        await self._renewer.stop(within=CLOSE_GRACE_S)
         await self._notifier.aclose()
-        await self._background.settle(self.client.aclose if self._owns_client else None)
+        await self._background.settle(self.client.aclose if self._owns_client else None, until)
         if self._owns_client:
             await self.client.aclose()

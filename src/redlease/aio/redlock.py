@@ -18,6 +18,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from redlease.aio._flavor import Worker, current_owner, fire, shielded, sleep
+from redlease.aio.background import CLOSE_GRACE_S
 from redlease.aio.client import AsyncClient
 from redlease.aio.engine import AsyncEngine
 from redlease.aio.fanout import AsyncFanout
@@ -204,7 +205,7 @@ class AsyncRedlock(AsyncClient):
         self._closed = True
         for worker in self._giving_back:
             await worker.stop()
-        await self._renewer.stop()
+        await self._renewer.stop(within=CLOSE_GRACE_S)
         await self._fanout.close()
         await self._renewals_fanout.close()
         await self._giving_back_fanout.close()

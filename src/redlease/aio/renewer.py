@@ -23,7 +23,9 @@ class AsyncRenewer:
         self._worker: Worker | None = None
         self._starting = threading.Lock()
         self._rounds = Bounded()
-        self._stopping = False
+        self._stops = 0
+        """How many times the worker was stopped: a worker started before the last stop ends
+        (a sync one left waiting on a silent server ends when its round does)."""
         self._aside: list[threading.Thread] = []
         """Lost-lease callbacks still running beside the worker (sync only)."""
         self.round_trips = 0
@@ -31,25 +33,27 @@ class AsyncRenewer:
     def wake(self) -> None:
         with self._starting:  # threads taking a client's first leases at once start one worker
             if self._worker is None or not self._worker.alive():
-                self._worker = Worker(self._run, "redlease-renewer")
+                stops = self._stops
+                self._worker = Worker(lambda: self._run(stops), "redlease-renewer")
         self._wakeup.set()
 
     def running(self) -> bool:
         return self._worker is not None and self._worker.alive()
 
-    async def stop(self) -> None:
-        self._stopping = True
+    async def stop(self, within: float | None = None) -> None:
+        """Stop the worker, waiting ``within`` seconds at most for a round in flight."""
+        with self._starting:
+            self._stops += 1
         self._wakeup.set()
         if self._worker is not None:
-            await self._worker.stop()
+            await self._worker.stop(within=within)
             self._worker = None
         await finish_aside(self._aside)
         self._rounds.close()
-        self._stopping = False
 
-    async def _run(self) -> None:
+    async def _run(self, stops: int) -> None:
         schedule, clock = self._locks._renewals, self._locks._clock
-        while not self._stopping:
+        while stops == self._stops:
             expired = schedule.expire(clock())
             for lease, callbacks in expired:
                 self._fire(lease, callbacks)

@@ -56,12 +56,13 @@ class Background:
         """A hand-off reached a waiter that had already given up: give the lease back."""
         self._start(lambda: self._return_stray(claim), "redlease-stray")
 
-    def settle(self, tidy: Callable[[], None] | None) -> None:
-        """Wait up to :data:`CLOSE_GRACE_S` for the work under way; what ends later calls
-        ``tidy`` (closing the connections it opened) if this was the last of it."""
+    def settle(self, tidy: Callable[[], None] | None, until: float | None = None) -> None:
+        """Wait up to :data:`CLOSE_GRACE_S` (or ``until`` that time) for the work under way;
+        what ends later calls ``tidy`` (closing the connections it opened) if this was the
+        last of it."""
         if not self._settled:  # a second close() does not wait again
             self._settled = True
-            deadline = self._clock() + CLOSE_GRACE_S
+            deadline = self._clock() + CLOSE_GRACE_S if until is None else until
             for worker in list(self._workers):
                 worker.wait(deadline - self._clock())
         self._tidy = tidy

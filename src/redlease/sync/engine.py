@@ -55,7 +55,7 @@ from redlease.sync._flavor import (
     master_moved,
     shielded,
 )
-from redlease.sync.background import Background
+from redlease.sync.background import CLOSE_GRACE_S, Background
 from redlease.sync.client import Client, redis_client
 from redlease.sync.driver import run_flow
 from redlease.sync.notify import Notifier
@@ -262,6 +262,7 @@ class Engine(Client):
             raise
 
     def _obtain_grant(self, request: AcquireRequest) -> Grant | None:
+        self._on_this_loop()  # refused before anything is sent: nothing to undo
         try:
             grant: Grant | None = self._drive(acquire_flow(request, self._clock))
         except ReplicaShortfall as short:
@@ -386,8 +387,9 @@ class Engine(Client):
         self._on_this_loop()
         self._closed = True
         self._ready_publish = None
-        self._renewer.stop()
+        until = self._clock() + CLOSE_GRACE_S  # one second for all of it
+        self._renewer.stop(within=CLOSE_GRACE_S)
         self._notifier.close()
-        self._background.settle(self.client.close if self._owns_client else None)
+        self._background.settle(self.client.close if self._owns_client else None, until)
         if self._owns_client:
             self.client.close()

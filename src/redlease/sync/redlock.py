@@ -55,6 +55,7 @@ from redlease.errors import LeaseLost, LockError, LockTimeout
 from redlease.keys import DEFAULT_PREFIX
 from redlease.scripts import ScriptName
 from redlease.sync._flavor import Worker, current_owner, fire, shielded, sleep
+from redlease.sync.background import CLOSE_GRACE_S
 from redlease.sync.client import Client
 from redlease.sync.engine import Engine
 from redlease.sync.fanout import Fanout
@@ -205,7 +206,7 @@ class Redlock(Client):
         self._closed = True
         for worker in self._giving_back:
             worker.stop()
-        self._renewer.stop()
+        self._renewer.stop(within=CLOSE_GRACE_S)
         self._fanout.close()
         self._renewals_fanout.close()
         self._giving_back_fanout.close()
