@@ -237,6 +237,18 @@ async def test_incrby_past_64_bits_is_refused_and_writes_nothing(
     assert server.exists(f"{key}:fence") == 0
 
 
+async def test_incrby_returns_the_exact_value_past_2_to_the_53(
+    guard: Any, server: redis.Redis, key: str
+) -> None:
+    """fencing.md: ``incrby`` "returns the new value"; a Lua number rounds one past 2^53."""
+    server.set(key, 2**60)
+    assert await guard.incrby(Holder(1), key, 1) == 2**60 + 1
+    assert await guard.incrby(Holder(1), key, -(2**61)) == 2**60 + 1 - 2**61
+    assert server.get(key) == str(2**60 + 1 - 2**61).encode()
+    server.set(key, 0)
+    assert await guard.incrby(Holder(1), key, -(2**63)) == -(2**63)  # the lowest 64-bit int
+
+
 @pytest.mark.parametrize(
     ("holder", "call"),
     [
@@ -249,6 +261,7 @@ async def test_incrby_past_64_bits_is_refused_and_writes_nothing(
         (Holder(1), ("hset", {})),
         (Holder(1), ("incrby", 1.5)),
         (Holder(1), ("incrby", 2**63)),
+        (Holder(1), ("incrby", -(2**63) - 1)),
         (Holder(1), ("set", None)),
         (Holder(1), ("set", True)),
         (Holder(1), ("hset", {"field": None})),
@@ -718,3 +731,20 @@ def test_paused_buyer_is_fenced_off_in_sql(
 
     assert (refused.value.token, refused.value.newest) == (alice.fence, bob.fence)
     assert database.row(table)[:2] == (0, bob.fence)
+
+
+def test_the_documented_counter_reseed_raises_it_exactly_and_never_lowers_it(
+    server: redis.Redis, key: str
+) -> None:
+    """fencing.md's re-seed ``EVAL``, as written there, compares past 2^53."""
+    text = " ".join((Path(__file__).parents[1] / "docs" / "fencing.md").read_text().split())
+    script = text.split('`EVAL "', 1)[1].split('" 1 <that key>', 1)[0]
+    counter = f"{key}:fence"
+    server.set(counter, 2**60)
+    server.eval(script, 1, counter, 2**60 + 1)
+    assert server.get(counter) == str(2**60 + 1).encode()
+    server.eval(script, 1, counter, 7)
+    assert server.get(counter) == str(2**60 + 1).encode()
+    server.delete(counter)
+    server.eval(script, 1, counter, 12)
+    assert server.get(counter) == b"12"

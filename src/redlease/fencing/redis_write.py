@@ -149,7 +149,8 @@ class RedisGuardBase:
         return self._write(holder, key, "", "claim")
 
     def _incrby(self, holder: Fenced, key: RedisKey, amount: int) -> FencedWrite:
-        if isinstance(amount, bool) or not isinstance(amount, int) or abs(amount) > MAX_FENCE:
+        within_64_bits = isinstance(amount, int) and -MAX_FENCE - 1 <= amount <= MAX_FENCE
+        if isinstance(amount, bool) or not within_64_bits:
             raise InvalidArgument(f"amount must be an int within 64 bits, not {amount!r}")
         return self._write(holder, key, "string", "incrby", amount)
 

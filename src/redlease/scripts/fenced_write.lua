@@ -10,7 +10,7 @@
 --   'claim' (no write: only record the token, so older holders are refused from now on)
 -- The write happens before the record is updated: a write that fails records nothing.
 -- Returns {1, result} written (result: 1 for set and claim, HSET's new-field count,
---         INCRBY's value)
+--         INCRBY's value, as a decimal string past 2^53)
 --       | {0, newest fence, 'older' | 'owner'} refused
 --       | {-1, 1 | 2, type found} KEYS[1] or KEYS[2] holds a value of the wrong type (a
 --         string that is not an integer, for incrby; a record whose fence is no token)
@@ -75,6 +75,9 @@ elseif ARGV[3] == 'incrby' then
       return {-3, 'overflow'}
     end
     return result
+  end
+  if math.abs(result) >= 9007199254740992 then
+    result = redis.call('get', KEYS[1])  -- past 2^53 a Lua number rounds: the exact digits
   end
 else
   return redis.error_reply('unknown fenced operation ' .. ARGV[3])
