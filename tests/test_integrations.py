@@ -234,6 +234,9 @@ def test_default_key_is_the_task_and_bad_uses_fail_early(celery_rig: CeleryRig) 
         singleton(locks, on_conflict="queue")  # type: ignore[arg-type]
     with pytest.raises(redlease.InvalidArgument, match=r"below @app\.task"):
         singleton(locks)(celery_rig.tasks["report"])
+    unfinalized = Celery("redlease-test-unfinalized", autofinalize=False)
+    with pytest.raises(redlease.InvalidArgument, match=r"below @app\.task"):
+        singleton(locks)(unfinalized.task(nightly))  # a proxy, not evaluated: no RuntimeError
 
 
 # --- FastAPI ----------------------------------------------------------------------------

@@ -114,7 +114,7 @@ def singleton(
     wait = default_wait if timeout is None else check_timeout(timeout)
 
     def decorate(function: F) -> F:
-        if hasattr(function, "delay") and hasattr(function, "run"):
+        if _is_a_task(function):
             raise InvalidArgument(
                 "@singleton got a Celery task; put it below @app.task, next to the function"
             )
@@ -148,3 +148,11 @@ def singleton(
         return run_alone  # type: ignore[return-value]
 
     return decorate
+
+
+def _is_a_task(function: object) -> bool:
+    """A Celery task, or the proxy ``@app.task`` returns before its app is finalized (looked
+    at by type: an attribute of the proxy would finalize the app, or raise if it may not)."""
+    if type(function).__module__.split(".")[0] == "celery":
+        return True
+    return hasattr(function, "delay") and hasattr(function, "run")
