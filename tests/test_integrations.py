@@ -27,10 +27,11 @@ from celery.contrib.testing.worker import start_worker
 from fastapi import BackgroundTasks, FastAPI, HTTPException
 
 import redlease
+from conftest import eventually
 from redlease import Lease
 from redlease.integrations.celery import AlreadyRunning, current_lease, singleton
 from redlease.integrations.fastapi import lock_dependency
-from redlease.server import ServerInfo
+from redlease.server import EmbeddedServer, ServerInfo
 
 BROKER_URL = os.environ.get("REDLEASE_CELERY_BROKER", "redis://127.0.0.1:6379/11")
 pytestmark = pytest.mark.filterwarnings(
@@ -407,3 +408,34 @@ async def test_a_parameter_that_makes_no_lock_name_is_the_clients_mistake(
     for response in (braced, long):
         assert response.status_code == 422, response.text
         assert response.json()["detail"]["error"] == "invalid lock name"
+
+
+@pytest.mark.parametrize("scope", ["function", "request"])
+async def test_a_release_the_server_does_not_answer_leaves_the_response_standing(
+    scope: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The endpoint did its work: a release that meets a stopped server is logged, and the
+    response stands (a 500 would make a client repeat the work); the release goes on from
+    the background and frees the lock once the server answers again."""
+    with EmbeddedServer() as server, redis.Redis.from_url(server.url) as admin:
+        prefix = f"test-fastapi-{uuid.uuid4().hex[:12]}"
+        alocks = redlease.AsyncLocks(f"{server.url}?socket_timeout=0.5", prefix=prefix)
+        app = FastAPI()
+        order_lock = lock_dependency(alocks, "order:{user_id}", scope=scope)  # type: ignore[arg-type]
+
+        @app.post("/orders/{user_id}")
+        async def create_order(user_id: int, lease: Lease = order_lock) -> dict[str, int]:
+            server.pause()
+            return {"fence": lease.fence}
+
+        try:
+            with caplog.at_level(logging.WARNING, logger="redlease"):
+                async with client_for(app) as client:
+                    response = await client.post("/orders/1")
+        finally:
+            server.resume()
+        assert response.status_code == 200
+        assert "could not release 'order:1'" in caplog.text
+        lease_key = alocks.lock("order:1").keys.lease
+        assert await eventually(lambda: not admin.exists(lease_key), 5)
+        await alocks.aclose()

@@ -25,7 +25,7 @@ from fastapi import Depends, HTTPException
 
 from redlease.aio.lock import AsyncLocks
 from redlease.core.lease import Lease, ReleaseOutcome
-from redlease.errors import InvalidArgument, InvalidName, LockTimeout
+from redlease.errors import InvalidArgument, InvalidName, LockTimeout, ServerUnavailable
 
 __all__ = ["lock_dependency"]
 
@@ -92,10 +92,15 @@ def lock_dependency(
         try:
             yield lease
         finally:
-            if await lock.release() is ReleaseOutcome.EXPIRED or lease.lost:
-                logger.warning(
-                    "lease on %r ended while its request ran: %s", name, lease.lost_reason
-                )
+            try:
+                outcome = await lock.release()
+            except ServerUnavailable as exc:  # the work is done: the response stands
+                logger.warning("could not release %r after its request (%s); it goes on", name, exc)
+            else:
+                if outcome is ReleaseOutcome.EXPIRED or lease.lost:
+                    logger.warning(
+                        "lease on %r ended while its request ran: %s", name, lease.lost_reason
+                    )
 
     hold_lock.__signature__ = _parameters(key)  # type: ignore[attr-defined]
     hold_lock.__name__ = hold_lock.__qualname__ = f"lock_{_identifier(key)}"
