@@ -8,6 +8,7 @@ that out must not leave the others for the next calls to find one by one.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import threading
@@ -486,3 +487,40 @@ def test_a_second_close_does_not_wait_for_the_background_again(prefix, flavor):
 
             again = asyncio.run(scenario())
     assert again < CLOSE_GRACE_S / 2, again
+
+
+@pytest.mark.parametrize("flavor", ["sync", "async"])
+def test_a_wait_that_ends_on_a_stopped_server_logs_its_withdrawal(prefix, flavor, caplog):
+    """observability.md: the DEBUG line "could not withdraw [...] at once" says a failed
+    acquisition's queue entry is withdrawn from the background; a waiter whose time runs
+    out while the server is stopped is one (it raises ServerUnavailable)."""
+    with EmbeddedServer() as server:
+        holder = redlease.Locks(server.url, prefix=prefix)
+        holder.lock("busy", ttl=30).acquire()
+        url = f"{server.url}?socket_timeout={SOCKET_TIMEOUT_S}"
+
+        async def wait_with(locks: Any) -> None:
+            acquire = locks.lock("busy").acquire
+            if flavor == "sync":
+                await asyncio.to_thread(acquire, timeout=WAIT_S)
+            else:
+                await acquire(timeout=WAIT_S)
+
+        async def scenario() -> None:
+            locks: Any = (redlease.Locks if flavor == "sync" else redlease.AsyncLocks)(
+                url, prefix=prefix
+            )
+            waiting = asyncio.create_task(wait_with(locks))
+            await asyncio.sleep(WAIT_S / 3)  # queued and waiting
+            server.pause()
+            try:
+                with pytest.raises(redlease.ServerUnavailable, match="leaves the queue"):
+                    await waiting
+            finally:
+                server.resume()
+            await (asyncio.to_thread(locks.close) if flavor == "sync" else locks.aclose())
+
+        with caplog.at_level(logging.DEBUG, logger="redlease"):
+            asyncio.run(scenario())
+        holder.close()
+    assert "could not withdraw ['busy'] at once" in caplog.text

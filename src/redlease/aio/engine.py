@@ -347,6 +347,7 @@ class AsyncEngine(AsyncClient):
         except ReplicaShortfall:
             self._background.finish(claim.without_acks(), withdraw=True)
         except Exception as exc:
+            logger.debug("could not withdraw %r at once", [claim.keys.name])
             self._background.finish(claim.without_acks(), withdraw=True)
             if isinstance(exc, LockError):
                 raise
