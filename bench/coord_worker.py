@@ -18,6 +18,7 @@ from typing import Any
 import redis
 
 from coord_clients import ClientSpec, open_client
+from timelog import TimeLog
 
 MAX_ACQUISITIONS = 100_000
 WAIT_FOR_GO_S = 120.0
@@ -52,7 +53,7 @@ def coordination_worker(
         end = start_at.value + spec.duration_s
         time.sleep(max(0.0, start_at.value - time.monotonic()))
         log, error = _loop(client, counter, spec, end)
-        results.put({"pid": os.getpid(), "log": log, "error": error})
+        results.put({"pid": os.getpid(), "log": log.rows(), "error": error})
         leave.wait(WAIT_FOR_LEAVE_S)
     finally:
         client.close()
@@ -61,8 +62,8 @@ def coordination_worker(
 
 def _loop(
     client: Any, counter: redis.Redis, spec: WorkerSpec, end: float
-) -> tuple[list[tuple[float, float, float]], str | None]:
-    log: list[tuple[float, float, float]] = []
+) -> tuple[TimeLog, str | None]:
+    log = TimeLog()
     while len(log) < MAX_ACQUISITIONS and time.monotonic() < end:
         requested = time.monotonic()
         try:
@@ -73,7 +74,7 @@ def _loop(
         value = int(counter.get(spec.counter_key) or 0)
         counter.set(spec.counter_key, value + 1)
         releasing = time.monotonic()
-        log.append((requested, acquired, releasing))
+        log.add(requested, acquired, releasing)
         try:
             client.release(handle)
         except Exception as exc:

@@ -26,6 +26,8 @@ defaults and hang guard as ``redlease``.
 
 from __future__ import annotations
 
+import os
+from contextlib import suppress
 from typing import Any
 
 import redis
@@ -48,6 +50,10 @@ class Session:
 
     def cycle(self, key: str) -> None:
         raise NotImplementedError
+
+    def warm_up(self, key: str) -> None:
+        """Before a contended run on ``key``: load the scripts, open the connections."""
+        self.cycle(f"{key}:warmup:{os.getpid()}")
 
     def acquire(self, key: str) -> Any:
         raise NotImplementedError
@@ -72,6 +78,16 @@ class RedleaseSession(Session):
         with self.locks.lock(key):
             pass
 
+    def warm_up(self, key: str) -> None:
+        """Also wait once on ``key`` (this session holding it): that opens the client's
+        wake-up connection and subscribes its channel in the key's slot, as a client that
+        has waited before has done; a peer's client has no such connection to open."""
+        import redlease  # noqa: PLC0415
+
+        super().warm_up(key)
+        with self.locks.lock(key, timeout=HANG_GUARD_S), suppress(redlease.LockTimeout):
+            self.locks.lock(key, owner="warm-up").acquire(timeout=0.05)
+
     def acquire(self, key: str) -> Any:
         lock = self.locks.lock(key, timeout=HANG_GUARD_S)
         lock.acquire()
@@ -86,6 +102,8 @@ class _RedleaseVariant(RedleaseSession):
     """A redlease session whose lock object comes from :meth:`make` (the other primitives,
     other options); the plain session keeps its direct calls, the ones compared with the
     peers."""
+
+    warm_up = Session.warm_up
 
     def make(self, key: str, **options: Any) -> Any:
         raise NotImplementedError

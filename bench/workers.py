@@ -23,6 +23,7 @@ import redis
 
 from counting import client_commands
 from peers import open_session
+from timelog import TimeLog
 
 MAX_ACQUISITIONS = 200_000
 WAIT_FOR_GO_S = 120.0
@@ -45,7 +46,7 @@ def contended_worker(
     session = open_session(spec.library, spec.url, client_name=f"rlbench-worker-{os.getpid()}")
     counter = redis.Redis.from_url(spec.url, client_name="rlbench-counter")
     try:
-        session.cycle(f"{spec.key}:warmup:{os.getpid()}")  # load scripts, open connections
+        session.warm_up(spec.key)
         counter.get(spec.counter_key)
         ready.put(os.getpid())
         if not go.wait(WAIT_FOR_GO_S):
@@ -53,7 +54,7 @@ def contended_worker(
         begin = start_at.value
         end = begin + spec.duration_s
         time.sleep(max(0.0, begin - time.monotonic()))
-        log: list[tuple[float, float, float]] = []
+        log = TimeLog()
         error = None
         with client_commands() as sent:
             while len(log) < MAX_ACQUISITIONS and time.monotonic() < end:
@@ -71,13 +72,13 @@ def contended_worker(
                     session.release(handle)
                 except Exception as exc:
                     error = f"release: {type(exc).__name__}: {exc}"
-                    log.append((requested, acquired, releasing))
+                    log.add(requested, acquired, releasing)
                     break
-                log.append((requested, acquired, releasing))
+                log.add(requested, acquired, releasing)
         # The counter's own GET and SET are the benchmark's, not the lock's.
         sent["get"] -= len(log)
         sent["set"] -= len(log)
-        results.put({"pid": os.getpid(), "log": log, "sent": dict(+sent), "error": error})
+        results.put({"pid": os.getpid(), "log": log.rows(), "sent": dict(+sent), "error": error})
         leave.wait(WAIT_FOR_LEAVE_S)
     finally:
         session.close()
