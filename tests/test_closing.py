@@ -5,6 +5,7 @@ silent server holds up (guide.md: it waits up to 1 s for background work)."""
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 import redis
 
 import redlease
-from conftest import allowing, eventually
+from conftest import PRIVATE_SERVERS_ONLY, SyncLocksAdapter, allowing, eventually
 from redlease import ReleaseOutcome
 from redlease.server import EmbeddedServer
 
@@ -78,3 +79,57 @@ async def test_close_does_not_wait_out_a_renewal_a_silent_server_holds_up(
         finally:
             stopped.resume()
     assert took < 1 + allowing(round_trip, quiet=1.0), f"close() took {took:.2f} s"
+
+
+async def test_an_acquire_that_starts_as_the_client_closes_says_closed(
+    make_locks, flavor, prefix, redlease_url, round_trip
+):
+    """One that starts waiting as ``close()`` runs ends like a waiter: ``InvalidArgument``,
+    at once. It used to meet the connections close() cut (``ServerUnavailable`` on a
+    healthy server), or wait 10 s for a subscription the closed link never confirmed."""
+    holder = await make_locks()
+    await holder.lock("gate", ttl=30, renew=True).acquire()
+    ended: list[BaseException | str] = []
+    for _ in range(20):
+        closing: Any = (redlease.AsyncLocks if flavor == "async" else redlease.Locks)(
+            redlease_url, prefix=prefix
+        )
+        if flavor == "async":
+            waiter = asyncio.create_task(closing.lock("gate").acquire(timeout=30))
+        else:
+            waiter = asyncio.create_task(
+                asyncio.to_thread(closing.lock("gate").acquire, timeout=30)
+            )
+        await asyncio.sleep(random.uniform(0, 0.01))
+        await (closing.aclose() if flavor == "async" else asyncio.to_thread(closing.close))
+        started = time.monotonic()
+        try:
+            await asyncio.wait_for(waiter, 15)
+            ended.append("a lease")
+        except Exception as exc:
+            ended.append(exc)
+        took = time.monotonic() - started
+        assert took < allowing(round_trip, quiet=2.0), f"it ended {took:.2f} s after close()"
+    assert [end for end in ended if not isinstance(end, redlease.InvalidArgument)] == []
+
+
+@PRIVATE_SERVERS_ONLY
+@pytest.mark.timeout(60)
+async def test_close_ends_a_redlock_wait(flavor, prefix, redlease_servers_factory, round_trip):
+    """A Redlock waiter retries rounds instead of queueing: close() ends it between two
+    rounds. It used to be granted the lock after close(), which the sync client then
+    renewed for ever."""
+    urls = [server.url for server in redlease_servers_factory(3)]
+    make = redlease.AsyncRedlock if flavor == "async" else redlease.Redlock
+    holder, closing = make(urls, prefix=prefix), make(urls, prefix=prefix)
+    face: Any = closing if flavor == "async" else SyncLocksAdapter(closing)
+    held = SyncLocksAdapter(holder) if flavor == "sync" else holder
+    await held.lock("n", ttl=1.5).acquire()
+    waiter = asyncio.create_task(face.lock("n", ttl=2).acquire(timeout=10))
+    await asyncio.sleep(0.4)
+    await (closing.aclose() if flavor == "async" else asyncio.to_thread(closing.close))
+    with pytest.raises(redlease.InvalidArgument, match="closed"):
+        await asyncio.wait_for(waiter, allowing(round_trip, quiet=1.0))
+    await asyncio.sleep(2.0)  # the holder's lease ran out: nobody holds the lock now
+    assert await held.lock("n", owner="next").try_acquire() is not None
+    await held.aclose()

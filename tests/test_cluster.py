@@ -469,6 +469,41 @@ async def test_close_leaves_a_move_off_a_silent_cluster_behind(
     assert not notifier._links
 
 
+async def test_a_client_made_from_a_url_closes_its_connections_on_every_node(
+    cluster, prefix, flavor
+):
+    """guide.md: a client made from a URL closes the connections it opened. redis-py's sync
+    cluster client leaves its nodes' connections open at close(), until it is collected."""
+    name = f"closing-{prefix}"
+    url = f"{cluster.url}?client_name={name}"
+    names = names_on_every_master(cluster, prefix, per_master=1)
+
+    def ours() -> int:
+        count = 0
+        for node in cluster.nodes:
+            with node_client(node) as admin:
+                count += sum(client["name"] == name for client in admin.client_list())
+        return count
+
+    if flavor == "async":
+        locks: Any = redlease.AsyncLocks(url, cluster=True, prefix=prefix)
+        for lock_name in names:
+            async with locks.lock(lock_name):
+                pass
+        await locks.aclose()
+    else:
+
+        def cycle_and_close() -> None:
+            with redlease.Locks(url, cluster=True, prefix=prefix) as locks:
+                for lock_name in names:
+                    with locks.lock(lock_name):
+                        pass
+                assert ours() >= len(names)
+
+        await asyncio.to_thread(cycle_and_close)
+    assert await eventually(lambda: ours() == 0, 5), f"{ours()} connections left open"
+
+
 def test_a_slot_map_refresh_asks_a_silent_node_last(cluster, monkeypatch):
     """Asking a paused node for the slot map waits out the socket timeout; the refresh
     made when a node is found silent asks it last. (The node is put first in the client's

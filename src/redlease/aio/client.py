@@ -55,3 +55,14 @@ def redis_client(client: Redis | RedisCluster | str, cluster: bool) -> Redis | R
     if cluster:
         return from_url(RedisCluster.from_url, client)
     return from_url(Redis.from_url, client)
+
+
+async def close_owned(client: Redis | RedisCluster) -> None:
+    """Close a client made here. redis-py's sync cluster client leaves its nodes' connections
+    open at close() (until they are collected); its nodes' pools are closed as well."""
+    await client.aclose()
+    if isinstance(client, RedisCluster):
+        for node in list(client.nodes_manager.nodes_cache.values()):
+            pool = getattr(getattr(node, "redis_connection", None), "connection_pool", None)
+            if pool is not None:  # a sync node's (an asyncio node closed its own)
+                pool.disconnect()

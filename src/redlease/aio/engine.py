@@ -29,7 +29,7 @@ from redlease.aio._flavor import (
     shielded,
 )
 from redlease.aio.background import CLOSE_GRACE_S, AsyncBackground
-from redlease.aio.client import AsyncClient, redis_client
+from redlease.aio.client import AsyncClient, close_owned, redis_client
 from redlease.aio.driver import run_flow
 from redlease.aio.notify import AsyncNotifier
 from redlease.aio.renewer import AsyncRenewer
@@ -126,8 +126,7 @@ class AsyncEngine(AsyncClient):
         Moving drops the connections and workers of the old loop, and gives back, as lost,
         every lease still held there (its tasks are gone), so no lock stays held for its
         TTL by a request that can never release it. A loop still running elsewhere keeps
-        the client: one client serves one loop at a time.
-        """
+        the client: one client serves one loop at a time."""
         loop = current_loop()
         if loop is self._loop:
             return
@@ -152,8 +151,7 @@ class AsyncEngine(AsyncClient):
         """Renew due leases in one pipelined round trip; one answer per lease.
 
         With a Sentinel-managed client the sentinels are asked first whether the master
-        moved; if so, idle connections and the wake-up links go to the new master.
-        """
+        moved; if so, idle connections and the wake-up links go to the new master."""
         try:
             if await master_moved(self.client):
                 await self._notifier.reset()
@@ -245,12 +243,14 @@ class AsyncEngine(AsyncClient):
             primitive._report_failure(exc)
             raise
 
-    async def _commands_for(self, keys: LockKeys) -> str:
-        """The publish command, or :class:`ServerUnavailable` naming the lock."""
+    async def _commands_for(self, keys: LockKeys) -> str:  # or ServerUnavailable naming the lock
         try:
             return (await self._commands()).publish
-        except NETWORK_ERRORS as exc:
-            raise unavailable(keys, "use", exc) from exc
+        except Exception as exc:
+            self._refuse_if_closed()  # close() cut the link under it: say so instead
+            if isinstance(exc, NETWORK_ERRORS):
+                raise unavailable(keys, "use", exc) from exc
+            raise
 
     def _atomic_for(self, keys: Sequence[LockKeys]) -> bool:
         """Whether one script may take these locks at once: one server, or one cluster slot."""
@@ -273,10 +273,15 @@ class AsyncEngine(AsyncClient):
             raise short.rolled_back(request.claim.keys.name) from None
         except BaseException as exc:  # a cancellation, Ctrl-C, the caller's own signal handler
             await self._undo([request.claim], exc)
+            if isinstance(exc, Exception):
+                self._refuse_if_closed()  # close() cut the link under it: say so instead
             raise
         if grant is LEFT_QUEUED:  # time ran out while queued
             await self._withdraw_in_time(request.claim)
             return None
+        if grant is not None and self._closed:  # granted as close() ran: nobody would renew it
+            await self._undo([request.claim])
+            self._refuse_if_closed()
         return grant
 
     async def _give_back(self, owner: LeasedBase[Any], lease: Lease) -> ReleaseOutcome:
@@ -315,18 +320,15 @@ class AsyncEngine(AsyncClient):
         return outcome
 
     async def _undo(self, claims: Sequence[Claim], error: BaseException | None = None) -> None:
-        """Withdraw what an acquisition that failed may have left (a grant, a queue entry),
-        best effort, never raising: from the background, and also inline unless ``error``
-        is ``ServerUnavailable`` (it would wait out a second socket timeout).
-
-        The inline pass is bounded by :data:`INLINE_WITHDRAWAL_S` for all ``claims``
-        together, and stops at the first failure. The attempt that was cut short may still
-        be on its way on the connection the interruption closed, and run after this
-        withdrawal: the background sends one again shortly.
-        """
+        """Withdraw what a failed acquisition may have left (a grant, a queue entry), best
+        effort, never raising: from the background, and inline too (within
+        :data:`INLINE_WITHDRAWAL_S` for all ``claims``, up to the first failure) unless
+        ``error`` is ``ServerUnavailable`` (a second socket timeout) or the client closed
+        (``close()`` waits for the background, which then closes what it opened). The attempt
+        cut short may still run after this: the background sends one again shortly."""
         for claim in claims:
             self._background.finish(claim.without_acks(), withdraw=True)
-        if isinstance(error, ServerUnavailable):
+        if isinstance(error, ServerUnavailable) or self._closed:
             return
         try:
             await shielded(lambda: self._withdraw_now(claims), within=INLINE_WITHDRAWAL_S)
@@ -382,18 +384,17 @@ class AsyncEngine(AsyncClient):
         return await run_flow(flow, self._scripts, self._notifier)
 
     async def aclose(self) -> None:
-        """Stop the workers (held leases are no longer renewed) and close an owned client.
-
-        Releases and withdrawals still going on in the background get up to a second to
-        land first (see :mod:`redlease.aio.background`). A closed client takes no new lease
-        (``InvalidArgument``); leases it still holds can be released.
-        """
+        """Stop the workers (held leases are no longer renewed nor watched), end the waits
+        (``InvalidArgument``: a closed client takes no new lease) and close an owned client,
+        giving the background's releases and withdrawals up to a second in all to land
+        first (see :mod:`redlease.aio.background`). Leases still held can be released."""
         await self._on_this_loop()
         self._closed = True
         self._ready_publish = None
         until = self._clock() + CLOSE_GRACE_S  # one second for all of it
         await self._renewer.stop(within=CLOSE_GRACE_S)
         await self._notifier.aclose()
-        await self._background.settle(self.client.aclose if self._owns_client else None, until)
-        if self._owns_client:
-            await self.client.aclose()
+        tidy = (lambda: close_owned(self.client)) if self._owns_client else None
+        await self._background.settle(tidy, until)
+        if tidy is not None:
+            await tidy()

@@ -30,7 +30,7 @@ from redlease.aio._flavor import (
 from redlease.aio._read_turn import read_push
 from redlease.aio.confirmations import Confirmations
 from redlease.aio.links import LINK_ERRORS, MAIN_LINK, SENTINEL_LINK, SWITCH_MASTER, AsyncLink
-from redlease.aio.waiter import AsyncWaiter
+from redlease.aio.waiter import AsyncWaiter, closed_while_waiting
 from redlease.compat import ResponseErrors
 from redlease.core.ops import Claim
 from redlease.core.protocol import NETWORK_ERRORS, Clock
@@ -159,6 +159,7 @@ class AsyncNotifier:
     async def aclose(self) -> None:
         self._closing, self._closes = True, self._closes + 1
         async with self._guard:  # end every wait: a closed client takes no new lease
+            self._confirmed.close(closed_while_waiting())
             for waiter in self._book.on_channels(set(self._book.channels())):
                 waiter.end()
         for link in list(self._links.values()):
@@ -181,8 +182,7 @@ class AsyncNotifier:
         redis-py looks for the master only when it connects, and an old master keeps
         accepting writes for seconds after a failover (until the sentinels demote it). On an
         announcement the client's pool is pointed at the new master and every wake-up link
-        reconnects there, waking its waiters.
-        """
+        reconnects there, waking its waiters."""
         manager = getattr(getattr(self._client, "connection_pool", None), "sentinel_manager", None)
         if manager is None or SENTINEL_LINK in self._links:
             return
@@ -280,9 +280,9 @@ class AsyncNotifier:
             await link.look(self.clock(), self._guard, self._moved_away)
 
     def _reader_needed(self, link: AsyncLink) -> bool:
-        """Whether the reader must watch ``link`` (else it parks until woken). Always, but
-        on a plain server's link with no waiter besides one reading for itself, no
-        subscription to confirm and no hand-off that may reach a waiter that left."""
+        """Whether the reader must watch ``link`` (else it parks): always, but on a plain
+        server's link with no waiter besides one reading for itself, no subscription to
+        confirm and no hand-off that may reach a waiter that left."""
         if link.name != MAIN_LINK or self.clock() < self._stray_until:
             return True
         if self._confirmed.awaited():

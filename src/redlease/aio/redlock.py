@@ -249,6 +249,7 @@ class AsyncRedlockLock(AsyncLeaseHandle[AsyncRedlock]):
             floor if not request.blocking else None if deadline is None else max(deadline, floor)
         )
         while True:
+            self._locks._refuse_if_closed()  # closed while this acquire waited
             within, round_began = self._round_time(rounds_end), clock()
             try:
                 grant, tally, why = await self._round(claim, within)

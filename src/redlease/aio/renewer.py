@@ -24,15 +24,16 @@ class AsyncRenewer:
         self._starting = threading.Lock()
         self._rounds = Bounded()
         self._stops = 0
-        """How many times the worker was stopped: a worker started before the last stop ends
-        (a sync one left waiting on a silent server ends when its round does)."""
+        """How many times the worker was stopped (the client closed): a worker started before
+        ends (a sync one left waiting on a silent server ends when its round does), and none
+        starts again."""
         self._aside: list[threading.Thread] = []
         """Lost-lease callbacks still running beside the worker (sync only)."""
         self.round_trips = 0
 
     def wake(self) -> None:
         with self._starting:  # threads taking a client's first leases at once start one worker
-            if self._worker is None or not self._worker.alive():
+            if not self._stops and (self._worker is None or not self._worker.alive()):
                 stops = self._stops
                 self._worker = Worker(lambda: self._run(stops), "redlease-renewer")
         self._wakeup.set()

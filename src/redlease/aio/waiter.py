@@ -11,6 +11,10 @@ from redlease.core.subscriptions import refusal
 from redlease.errors import InvalidArgument, ServerRefused
 
 
+def closed_while_waiting() -> InvalidArgument:
+    return InvalidArgument("the client was closed while this acquire waited: it takes no new lease")
+
+
 class _Notifying(Protocol):
     """What a waiter asks of its notifier (:class:`redlease.aio.notify.AsyncNotifier`)."""
 
@@ -48,9 +52,7 @@ class AsyncWaiter:
     def end(self, failure: Exception | None = None) -> None:
         """Wake this waiter to raise ``failure`` from its wait; by default, its client
         closed (a closed client takes no new lease)."""
-        self.failure = failure or InvalidArgument(
-            "the client was closed while this acquire waited: it takes no new lease"
-        )
+        self.failure = failure or closed_while_waiting()
         self.wakeup.set()
 
     async def wait(self, seconds: float) -> Handoff | None:

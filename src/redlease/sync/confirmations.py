@@ -55,6 +55,11 @@ class Confirmations:
             self._flags[channel].fail(error)
         return refused
 
+    def close(self, error: Exception) -> None:
+        """The client closed: fail the subscriptions still awaited, forget every channel."""
+        self.refuse(error)
+        self._flags.clear()
+
     def awaited(self) -> bool:
         return any(flag.pending() for flag in self._flags.values())
 

@@ -56,7 +56,7 @@ from redlease.sync._flavor import (
     shielded,
 )
 from redlease.sync.background import CLOSE_GRACE_S, Background
-from redlease.sync.client import Client, redis_client
+from redlease.sync.client import Client, close_owned, redis_client
 from redlease.sync.driver import run_flow
 from redlease.sync.notify import Notifier
 from redlease.sync.renewer import Renewer
@@ -125,8 +125,7 @@ class Engine(Client):
         Moving drops the connections and workers of the old loop, and gives back, as lost,
         every lease still held there (its tasks are gone), so no lock stays held for its
         TTL by a request that can never release it. A loop still running elsewhere keeps
-        the client: one client serves one loop at a time.
-        """
+        the client: one client serves one loop at a time."""
         loop = current_loop()
         if loop is self._loop:
             return
@@ -151,8 +150,7 @@ class Engine(Client):
         """Renew due leases in one pipelined round trip; one answer per lease.
 
         With a Sentinel-managed client the sentinels are asked first whether the master
-        moved; if so, idle connections and the wake-up links go to the new master.
-        """
+        moved; if so, idle connections and the wake-up links go to the new master."""
         try:
             if master_moved(self.client):
                 self._notifier.reset()
@@ -242,12 +240,14 @@ class Engine(Client):
             primitive._report_failure(exc)
             raise
 
-    def _commands_for(self, keys: LockKeys) -> str:
-        """The publish command, or :class:`ServerUnavailable` naming the lock."""
+    def _commands_for(self, keys: LockKeys) -> str:  # or ServerUnavailable naming the lock
         try:
             return (self._commands()).publish
-        except NETWORK_ERRORS as exc:
-            raise unavailable(keys, "use", exc) from exc
+        except Exception as exc:
+            self._refuse_if_closed()  # close() cut the link under it: say so instead
+            if isinstance(exc, NETWORK_ERRORS):
+                raise unavailable(keys, "use", exc) from exc
+            raise
 
     def _atomic_for(self, keys: Sequence[LockKeys]) -> bool:
         """Whether one script may take these locks at once: one server, or one cluster slot."""
@@ -270,10 +270,15 @@ class Engine(Client):
             raise short.rolled_back(request.claim.keys.name) from None
         except BaseException as exc:  # a cancellation, Ctrl-C, the caller's own signal handler
             self._undo([request.claim], exc)
+            if isinstance(exc, Exception):
+                self._refuse_if_closed()  # close() cut the link under it: say so instead
             raise
         if grant is LEFT_QUEUED:  # time ran out while queued
             self._withdraw_in_time(request.claim)
             return None
+        if grant is not None and self._closed:  # granted as close() ran: nobody would renew it
+            self._undo([request.claim])
+            self._refuse_if_closed()
         return grant
 
     def _give_back(self, owner: LeasedBase[Any], lease: Lease) -> ReleaseOutcome:
@@ -312,18 +317,15 @@ class Engine(Client):
         return outcome
 
     def _undo(self, claims: Sequence[Claim], error: BaseException | None = None) -> None:
-        """Withdraw what an acquisition that failed may have left (a grant, a queue entry),
-        best effort, never raising: from the background, and also inline unless ``error``
-        is ``ServerUnavailable`` (it would wait out a second socket timeout).
-
-        The inline pass is bounded by :data:`INLINE_WITHDRAWAL_S` for all ``claims``
-        together, and stops at the first failure. The attempt that was cut short may still
-        be on its way on the connection the interruption closed, and run after this
-        withdrawal: the background sends one again shortly.
-        """
+        """Withdraw what a failed acquisition may have left (a grant, a queue entry), best
+        effort, never raising: from the background, and inline too (within
+        :data:`INLINE_WITHDRAWAL_S` for all ``claims``, up to the first failure) unless
+        ``error`` is ``ServerUnavailable`` (a second socket timeout) or the client closed
+        (``close()`` waits for the background, which then closes what it opened). The attempt
+        cut short may still run after this: the background sends one again shortly."""
         for claim in claims:
             self._background.finish(claim.without_acks(), withdraw=True)
-        if isinstance(error, ServerUnavailable):
+        if isinstance(error, ServerUnavailable) or self._closed:
             return
         try:
             shielded(lambda: self._withdraw_now(claims), within=INLINE_WITHDRAWAL_S)
@@ -379,18 +381,17 @@ class Engine(Client):
         return run_flow(flow, self._scripts, self._notifier)
 
     def close(self) -> None:
-        """Stop the workers (held leases are no longer renewed) and close an owned client.
-
-        Releases and withdrawals still going on in the background get up to a second to
-        land first (see :mod:`redlease.sync.background`). A closed client takes no new lease
-        (``InvalidArgument``); leases it still holds can be released.
-        """
+        """Stop the workers (held leases are no longer renewed nor watched), end the waits
+        (``InvalidArgument``: a closed client takes no new lease) and close an owned client,
+        giving the background's releases and withdrawals up to a second in all to land
+        first (see :mod:`redlease.sync.background`). Leases still held can be released."""
         self._on_this_loop()
         self._closed = True
         self._ready_publish = None
         until = self._clock() + CLOSE_GRACE_S  # one second for all of it
         self._renewer.stop(within=CLOSE_GRACE_S)
         self._notifier.close()
-        self._background.settle(self.client.close if self._owns_client else None, until)
-        if self._owns_client:
-            self.client.close()
+        tidy = (lambda: close_owned(self.client)) if self._owns_client else None
+        self._background.settle(tidy, until)
+        if tidy is not None:
+            tidy()

@@ -12,6 +12,10 @@ from redlease.errors import InvalidArgument, ServerRefused
 from redlease.sync._flavor import Wakeup
 
 
+def closed_while_waiting() -> InvalidArgument:
+    return InvalidArgument("the client was closed while this acquire waited: it takes no new lease")
+
+
 class _Notifying(Protocol):
     """What a waiter asks of its notifier (:class:`redlease.sync.notify.Notifier`)."""
 
@@ -49,9 +53,7 @@ class Waiter:
     def end(self, failure: Exception | None = None) -> None:
         """Wake this waiter to raise ``failure`` from its wait; by default, its client
         closed (a closed client takes no new lease)."""
-        self.failure = failure or InvalidArgument(
-            "the client was closed while this acquire waited: it takes no new lease"
-        )
+        self.failure = failure or closed_while_waiting()
         self.wakeup.set()
 
     def wait(self, seconds: float) -> Handoff | None:
