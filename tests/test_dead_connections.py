@@ -524,3 +524,37 @@ def test_a_wait_that_ends_on_a_stopped_server_logs_its_withdrawal(prefix, flavor
             asyncio.run(scenario())
         holder.close()
     assert "could not withdraw ['busy'] at once" in caplog.text
+
+
+@pytest.mark.timeout(60)
+def test_an_asyncio_run_that_returns_ends_the_background_on_a_stopped_server(prefix):
+    """guide.md: an ``asyncio.run()`` that returns ends the background work (a command of it
+    still waiting for the stopped server first waits out the socket timeout). A cancelled
+    waiter's withdrawal kept it from returning until the server came back: redis-py's
+    timeouts swallowed the shutdown's cancellation, and the retries went on."""
+    with EmbeddedServer() as server, redis.Redis.from_url(server.url) as admin:
+        admin.set(f"{prefix}:{{busy}}", "someone else", px=60_000)
+        url = f"{server.url}?socket_timeout={SOCKET_TIMEOUT_S}"
+
+        async def main() -> None:
+            locks = redlease.AsyncLocks(url, prefix=prefix)
+            waiter = asyncio.create_task(locks.lock("busy").acquire(timeout=30))
+            await asyncio.sleep(0.5)
+            server.pause()
+            await asyncio.sleep(0.2)
+            waiter.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiter
+            await locks.aclose()
+
+        returned = threading.Event()
+        thread = threading.Thread(
+            target=lambda: (asyncio.run(asyncio.wait_for(main(), 30)), returned.set()),
+            daemon=True,
+        )
+        try:
+            thread.start()
+            assert returned.wait(CLOSE_GRACE_S + 2 * SOCKET_TIMEOUT_S + 5), "still running"
+        finally:
+            server.resume()
+            thread.join(30)

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from redlease.aio._flavor import Worker, sleep
+from redlease.aio._flavor import Worker, check_cancelled, sleep
 from redlease.core.lease import Lease
 from redlease.core.ops import Claim
 from redlease.core.protocol import Clock, Flow, give_back, release_flow, release_reason
@@ -95,6 +95,7 @@ class AsyncBackground:
         schedule = withdrawal_pauses(claim.ttl_ms)
         next(schedule)  # the first try goes at once
         while True:
+            check_cancelled()
             try:
                 reason = release_reason(await self._drive(release_flow(claim)))
             except ServerUnavailable:
@@ -114,6 +115,7 @@ class AsyncBackground:
         pause = next(schedule)
         while True:
             await sleep(pause)
+            check_cancelled()  # a cancellation a library swallowed (the loop shutting down)
             try:
                 await self._drive(release_flow(claim, withdraw=True, attempts=1))
                 answered = True

@@ -22,7 +22,7 @@ from redlease.core.protocol import Clock, Flow, give_back, release_flow, release
 from redlease.core.replication import ReplicaShortfall
 from redlease.core.withdrawal import LATE_COMMAND_S, withdrawal_pauses
 from redlease.errors import ServerUnavailable
-from redlease.sync._flavor import Worker, sleep
+from redlease.sync._flavor import Worker, check_cancelled, sleep
 
 CLOSE_GRACE_S = 1.0
 """How long ``close()`` waits for background work: a release lands in a round trip, and
@@ -94,6 +94,7 @@ class Background:
         schedule = withdrawal_pauses(claim.ttl_ms)
         next(schedule)  # the first try goes at once
         while True:
+            check_cancelled()
             try:
                 reason = release_reason(self._drive(release_flow(claim)))
             except ServerUnavailable:
@@ -113,6 +114,7 @@ class Background:
         pause = next(schedule)
         while True:
             sleep(pause)
+            check_cancelled()  # a cancellation a library swallowed (the loop shutting down)
             try:
                 self._drive(release_flow(claim, withdraw=True, attempts=1))
                 answered = True
