@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import redis
 
 from redlease.commands.state import LockState
 from redlease.commands.top_model import Tracker
@@ -437,8 +438,16 @@ def test_top_once_counts_a_lease_that_runs_out_between_its_readings(redlease_url
 
 def test_ctrl_c_on_top_once_exits_0(redlease_url, prefix):
     """ "quit with q or Ctrl-C" (exit 0) holds for the one-table ``top`` too."""
-    top = top_once(redlease_url, prefix, interval=30.0)
-    time.sleep(1.5)  # past the first reading, into the interval
+    name = f"top-{prefix}"
+    url = f"{redlease_url}{'&' if '?' in redlease_url else '?'}client_name={name}"
+    top = top_once(url, prefix, interval=30.0)
+    with redis.Redis.from_url(redlease_url) as admin:  # connected: its first reading is on
+        deadline = time.monotonic() + SCREEN_TIMEOUT
+        while not any(client.get("name") == name for client in admin.client_list()):
+            assert time.monotonic() < deadline, "top never connected"
+            assert top.poll() is None, top.communicate()
+            time.sleep(0.1)
+    time.sleep(1.0)  # past the first reading, into the interval
     top.send_signal(signal.SIGINT)
     _, err = top.communicate(timeout=SCREEN_TIMEOUT)
     assert top.returncode == 0, err

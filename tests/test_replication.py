@@ -122,13 +122,17 @@ def test_a_replica_timeout_the_socket_timeout_would_cut_short_is_refused(pair, p
     """WAIT answers only at the end of the replica timeout when a replica is missing; a
     client whose socket timeout is no longer gave up on the reply first and raised
     ``ServerUnavailable`` instead of ``NotReplicated``."""
-    client = redis.Redis(port=pair.master.port, socket_timeout=1)
+    socket_timeout = 3.0  # the replica of a busy machine answers well within 0.9 of it
+    client = redis.Redis(port=pair.master.port, socket_timeout=socket_timeout)
     options = {"replicas": 1} if where == "client" else {}
     for too_close in (1, 0.95):  # WAIT's reply comes a little after its timeout
         with pytest.raises(InvalidArgument, match="socket_timeout"):
-            locks = redlease.Locks(client, prefix=prefix, replica_timeout=too_close, **options)
+            locks = redlease.Locks(
+                client, prefix=prefix, replica_timeout=too_close * socket_timeout, **options
+            )
             locks.lock("invoice", replicas=1)
-    with redlease.Locks(client, prefix=prefix, replica_timeout=0.9, replicas=1) as locks:
+    fits = 0.9 * socket_timeout
+    with redlease.Locks(client, prefix=prefix, replica_timeout=fits, replicas=1) as locks:
         assert locks.lock("invoice", ttl=30).acquire(timeout=0).fence > 0
         assert locks.lock("invoice").release() is ReleaseOutcome.RELEASED
 
