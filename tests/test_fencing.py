@@ -713,10 +713,10 @@ def test_paused_buyer_is_fenced_off_in_sql(
         alice_lock = alice_client.lock("flash-sale:stock", ttl=LEASE_TTL)
         bob_lock = bob_client.lock("flash-sale:stock", ttl=LEASE_TTL)
         with pytest.raises(FenceRejected) as refused, alice_lock as alice:
+            started = time.monotonic()  # her lease runs from here, not from her slow SELECT
             alice_cursor = alice_db.cursor()
             alice_cursor.execute(select)
             (seen,) = alice_cursor.fetchone()
-            started = time.monotonic()
             with bob_lock as bob:  # Alice is paused; Bob gets the lock when her lease ends
                 assert time.monotonic() - started >= LEASE_TTL / 2
                 bob_cursor = bob_db.cursor()
