@@ -133,3 +133,38 @@ async def test_close_ends_a_redlock_wait(flavor, prefix, redlease_servers_factor
     await asyncio.sleep(2.0)  # the holder's lease ran out: nobody holds the lock now
     assert await held.lock("n", owner="next").try_acquire() is not None
     await held.aclose()
+
+
+async def test_a_redlock_grant_that_lands_as_close_runs_is_given_back(
+    flavor, prefix, redlease_servers_factory
+):
+    """A round sent before ``close()`` and answered by the masters while ``close()`` runs
+    (here: paused masters, and a renewal round that keeps ``close()`` busy for its second)
+    granted the closed client a lease that nobody renewed, and the lock stayed held for its
+    TTL; now the grant is given back on every master and the waiter says the client closed.
+    """
+    servers = redlease_servers_factory(3)
+    make = redlease.AsyncRedlock if flavor == "async" else redlease.Redlock
+    holder, closing = (make([s.url for s in servers], prefix=prefix) for _ in range(2))
+    face: Any = closing if flavor == "async" else SyncLocksAdapter(closing)
+    held: Any = SyncLocksAdapter(holder) if flavor == "sync" else holder
+    await held.lock("n", ttl=1.0, renew=False).acquire()
+    await face.lock("busy", ttl=1.0, owner="renewed").acquire()
+    waiter = asyncio.create_task(face.lock("n", ttl=30).acquire(timeout=20))
+    await asyncio.sleep(0.3)
+    for server in servers:
+        server.pause()
+    try:
+        await asyncio.sleep(1.0)  # the holder's lease runs out; the waiter's round waits
+        closed = asyncio.create_task(
+            closing.aclose() if flavor == "async" else asyncio.to_thread(closing.close)
+        )
+        await asyncio.sleep(0.2)
+    finally:
+        for server in servers:
+            server.resume()
+    await closed
+    with pytest.raises(redlease.InvalidArgument, match="closed"):
+        await asyncio.wait_for(waiter, 20)
+    assert await held.lock("n", owner="next").try_acquire() is not None
+    await held.aclose()

@@ -256,6 +256,7 @@ class AsyncRedlockLock(AsyncLeaseHandle[AsyncRedlock]):
             except BaseException:
                 self._locks._give_back_later([*unanswered_by, claim])
                 raise
+            self._locks._refuse_if_closed()  # a grant that landed as close() ran went back
             if grant is not None:
                 return self._settle(owner, grant, request, self._role)
             unanswered = tally.reachable < self._locks._quorum
@@ -296,8 +297,8 @@ class AsyncRedlockLock(AsyncLeaseHandle[AsyncRedlock]):
 
     async def _round(self, claim: Claim, within: float) -> tuple[Grant | None, Tally, str | None]:
         """One round on every master: the grant, once a majority granted it in time and a
-        majority holds a fence counter at least its fence; else what was granted is given
-        back, with why it was no grant when another owner is not the reason.
+        majority holds a fence counter at least its fence, while the client is open; else
+        what was granted is given back, with why when another owner is not the reason.
 
         No answer is awaited past ``within`` seconds (see :meth:`_round_time`). A failed
         round's token is never used again (the next round draws a new one), so nothing a
@@ -329,7 +330,7 @@ class AsyncRedlockLock(AsyncLeaseHandle[AsyncRedlock]):
                 )
             grant = Grant(claim, fence, started)
             confirmed = tally.confirmed(dict(zip(behind, raised, strict=True)))
-            if confirmed >= locks._quorum and alive(grant, clock()):
+            if confirmed >= locks._quorum and alive(grant, clock()) and not locks._closed:
                 return grant, tally, None
             why = "a majority granted it, but too few confirmed its fencing token in time"
         holding = tally.may_hold()
