@@ -11,6 +11,7 @@ asynchronous, so a master that dies before its replicas got a grant loses the lo
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -18,8 +19,11 @@ from typing import Any
 import pytest
 import pytest_asyncio
 import redis
+import redis.asyncio.retry
 import redis.asyncio.sentinel
+import redis.retry
 import redis.sentinel
+from redis.backoff import NoBackoff
 
 from conftest import (
     PRIVATE_SERVERS_ONLY,
@@ -31,6 +35,7 @@ from conftest import (
     token_in,
 )
 from redlease import NotReplicated, ReleaseOutcome
+from redlease.processes import free_port
 from redlease.topology import LocalSentinel
 
 pytestmark = [pytest.mark.sentinel, pytest.mark.timeout(60), PRIVATE_SERVERS_ONLY]
@@ -261,3 +266,44 @@ async def test_replicas_1_refuses_a_grant_the_paused_replicas_cannot_confirm(
     lease = await locks.lock("shipment", ttl=30).acquire(timeout=5)
     assert master_value(redlease_sentinel, f"{prefix}:{{shipment}}") == lease.token
     assert await locks.lock("shipment").release() is ReleaseOutcome.RELEASED
+
+
+@pytest.mark.timeout(120)
+async def test_failovers_are_followed_when_a_sentinel_is_gone(
+    redlease_sentinel, make_locks, flavor, caplog
+):
+    """A client lists several sentinels so that one may be gone: the listed one that never
+    answered, and later the one whose announcements the client was following. That watch
+    reconnected to the same dead sentinel for ever, and the client learned of a failover
+    only once a command of its own asked the sentinels."""
+    addresses = [("127.0.0.1", free_port()), *redlease_sentinel.sentinel_addresses]
+    # redis-py retries a sentinel that refuses for seconds (10 times) before it asks the
+    # next; a user who lists several says how long a dead one may take, as here
+    if flavor == "async":
+        once: Any = redis.asyncio.retry.Retry(NoBackoff(), 0)
+        sentinel: Any = redis.asyncio.sentinel.Sentinel(
+            addresses, socket_timeout=SOCKET_TIMEOUT, sentinel_kwargs={"retry": once}
+        )
+    else:
+        once = redis.retry.Retry(NoBackoff(), 0)
+        sentinel = redis.sentinel.Sentinel(
+            addresses, socket_timeout=SOCKET_TIMEOUT, sentinel_kwargs={"retry": once}
+        )
+    client = sentinel.master_for(redlease_sentinel.service_name, socket_timeout=SOCKET_TIMEOUT)
+    try:
+        locks = await make_locks(client)
+        with caplog.at_level(logging.WARNING, logger="redlease"):
+            assert await locks.lock("watched", renew=False).acquire()
+            assert await locks.lock("watched").release() is ReleaseOutcome.RELEASED
+        assert "cannot watch the sentinels" not in caplog.text
+        watched = sentinel.sentinels[0].connection_pool.connection_kwargs["port"]
+        next(s for s in redlease_sentinel.sentinels if s.port == watched).kill()
+        new_address = await asyncio.to_thread(redlease_sentinel.failover)
+        assert await eventually(lambda: client.connection_pool.master_address == new_address, 5), (
+            "no announcement reached the client: it knows only once a command asks"
+        )
+    finally:
+        if flavor == "async":
+            await client.aclose()
+        else:
+            client.close()

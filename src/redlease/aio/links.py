@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from itertools import count
 from typing import Any
+
+from redis.backoff import NoBackoff
 
 from redlease.aio._flavor import Guard, Wakeup, Worker, prepare_pubsub
 from redlease.aio._read_turn import ReadTurn, read_within
@@ -42,6 +45,21 @@ class AsyncLink:
         self.pulse = Pulse(now)
         self.mover: Worker | None = None
         """Moves the channels of this link, found silent, to their slots' new owners."""
+
+    @staticmethod
+    def sentinels_in_turn(manager: Any) -> Callable[[], Any]:
+        """Connections to a Sentinel client's sentinels, each call to the next one: a watch
+        whose sentinel is gone goes on with another (a client lists several for that), at
+        once (redis-py would retry connecting to the dead one for seconds)."""
+        turns = count()
+
+        def connect() -> Any:
+            sentinels = manager.sentinels
+            connection = sentinels[next(turns) % len(sentinels)].connection_pool.make_connection()
+            connection.retry = type(connection.retry)(NoBackoff(), 0)
+            return connection
+
+        return connect
 
     def watched(self) -> bool:
         """Whether waiters look at this link's :attr:`pulse`: a cluster node's link. (A plain
@@ -144,6 +162,8 @@ class AsyncLink:
         try:
             self.stale = False
             await connection.disconnect()
+            if self.name == SENTINEL_LINK:  # this sentinel may be gone for good: the next one
+                self.connection = connection = self.connect()
             await self.open(connection)
             for channel in self.channels:
                 await connection.send_command(commands.subscribe, channel)

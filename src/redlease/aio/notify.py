@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import suppress
 from typing import Any
 
 from redlease.aio._flavor import (
@@ -177,22 +178,21 @@ class AsyncNotifier:
         self._closing = False
 
     async def watch_master(self) -> None:
-        """With a Sentinel-managed client, follow ``+switch-master`` announcements.
-
-        redis-py looks for the master only when it connects, and an old master keeps
-        accepting writes for seconds after a failover (until the sentinels demote it). On an
-        announcement the client's pool is pointed at the new master and every wake-up link
-        reconnects there, waking its waiters."""
+        """With a Sentinel-managed client, follow ``+switch-master`` announcements: redis-py
+        looks for the master only when it connects, and an old master accepts writes until the
+        sentinels demote it. On an announcement the client's pool is pointed at the new master
+        and every wake-up link reconnects there, waking its waiters."""
         manager = getattr(getattr(self._client, "connection_pool", None), "sentinel_manager", None)
         if manager is None or SENTINEL_LINK in self._links:
             return
-        connect = manager.sentinels[0].connection_pool.make_connection
-        try:
-            async with self._guard:
-                link = await self._linked(SENTINEL_LINK, connect)
-                await link.connection.send_command("SUBSCRIBE", SWITCH_MASTER)
-        except NETWORK_ERRORS:
-            logger.warning("cannot watch the sentinels for failovers; renewals still ask them")
+        connect = AsyncLink.sentinels_in_turn(manager)
+        for _ in manager.sentinels:
+            with suppress(*NETWORK_ERRORS):
+                async with self._guard:
+                    link = await self._linked(SENTINEL_LINK, connect)
+                    await link.connection.send_command("SUBSCRIBE", SWITCH_MASTER)
+                    return
+        logger.warning("cannot watch the sentinels for failovers; renewals still ask them")
 
     async def _follow_master(self) -> None:
         if await master_moved(self._client):

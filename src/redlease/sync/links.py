@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from itertools import count
 from typing import Any
+
+from redis.backoff import NoBackoff
 
 from redlease.compat import ResponseErrors
 from redlease.core.protocol import NETWORK_ERRORS, Clock
@@ -43,6 +46,21 @@ class Link:
         self.pulse = Pulse(now)
         self.mover: Worker | None = None
         """Moves the channels of this link, found silent, to their slots' new owners."""
+
+    @staticmethod
+    def sentinels_in_turn(manager: Any) -> Callable[[], Any]:
+        """Connections to a Sentinel client's sentinels, each call to the next one: a watch
+        whose sentinel is gone goes on with another (a client lists several for that), at
+        once (redis-py would retry connecting to the dead one for seconds)."""
+        turns = count()
+
+        def connect() -> Any:
+            sentinels = manager.sentinels
+            connection = sentinels[next(turns) % len(sentinels)].connection_pool.make_connection()
+            connection.retry = type(connection.retry)(NoBackoff(), 0)
+            return connection
+
+        return connect
 
     def watched(self) -> bool:
         """Whether waiters look at this link's :attr:`pulse`: a cluster node's link. (A plain
@@ -143,6 +161,8 @@ class Link:
         try:
             self.stale = False
             connection.disconnect()
+            if self.name == SENTINEL_LINK:  # this sentinel may be gone for good: the next one
+                self.connection = connection = self.connect()
             self.open(connection)
             for channel in self.channels:
                 connection.send_command(commands.subscribe, channel)
