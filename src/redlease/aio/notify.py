@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from contextlib import suppress
 from typing import Any
 
 from redlease.aio._flavor import (
@@ -178,20 +177,21 @@ class AsyncNotifier:
         self._closing = False
 
     async def watch_master(self) -> None:
-        """With a Sentinel-managed client, follow ``+switch-master`` announcements: redis-py
-        looks for the master only when it connects, and an old master accepts writes until the
-        sentinels demote it. On an announcement the client's pool is pointed at the new master
-        and every wake-up link reconnects there, waking its waiters."""
+        """Follow a Sentinel client's ``+switch-master`` announcements (redis-py looks for the
+        master only as it connects; an old master accepts writes until demoted): the pool is
+        pointed at the new master, and every wake-up link reconnects there, waking waiters."""
         manager = getattr(getattr(self._client, "connection_pool", None), "sentinel_manager", None)
         if manager is None or SENTINEL_LINK in self._links:
             return
         connect = AsyncLink.sentinels_in_turn(manager)
         for _ in manager.sentinels:
-            with suppress(*NETWORK_ERRORS):
+            try:
                 async with self._guard:
                     link = await self._linked(SENTINEL_LINK, connect)
                     await link.connection.send_command("SUBSCRIBE", SWITCH_MASTER)
-                    return
+                return
+            except NETWORK_ERRORS:
+                pass
         logger.warning("cannot watch the sentinels for failovers; renewals still ask them")
 
     async def _follow_master(self) -> None:

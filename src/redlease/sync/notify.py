@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from contextlib import suppress
 from typing import Any
 
 from redlease.compat import ResponseErrors
@@ -179,20 +178,21 @@ class Notifier:
         self._closing = False
 
     def watch_master(self) -> None:
-        """With a Sentinel-managed client, follow ``+switch-master`` announcements: redis-py
-        looks for the master only when it connects, and an old master accepts writes until the
-        sentinels demote it. On an announcement the client's pool is pointed at the new master
-        and every wake-up link reconnects there, waking its waiters."""
+        """Follow a Sentinel client's ``+switch-master`` announcements (redis-py looks for the
+        master only as it connects; an old master accepts writes until demoted): the pool is
+        pointed at the new master, and every wake-up link reconnects there, waking waiters."""
         manager = getattr(getattr(self._client, "connection_pool", None), "sentinel_manager", None)
         if manager is None or SENTINEL_LINK in self._links:
             return
         connect = Link.sentinels_in_turn(manager)
         for _ in manager.sentinels:
-            with suppress(*NETWORK_ERRORS):
+            try:
                 with self._guard:
                     link = self._linked(SENTINEL_LINK, connect)
                     link.connection.send_command("SUBSCRIBE", SWITCH_MASTER)
-                    return
+                return
+            except NETWORK_ERRORS:
+                pass
         logger.warning("cannot watch the sentinels for failovers; renewals still ask them")
 
     def _follow_master(self) -> None:
