@@ -11,6 +11,8 @@ import subprocess
 import sys
 import threading
 import time
+from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -310,6 +312,22 @@ async def test_the_shortest_ttl_gives_a_lease(make_locks):
     lock = locks.lock("x", ttl=0.01)
     assert await lock.acquire(timeout=1)
     await lock.release()
+
+
+@pytest.mark.parametrize("seconds", [Decimal("60"), Fraction(60, 1), 60, 60.0])
+async def test_any_real_number_of_seconds_is_a_ttl_and_a_timeout(
+    make_locks, server, prefix, seconds
+):
+    """migrating.md: ``ttl`` takes any number of seconds, as the peers' ``timeout=`` and
+    ``expire=`` do (a ``Decimal`` or a ``Fraction`` from a configuration was refused)."""
+    locks = await make_locks()
+    lock = locks.lock("x", ttl=seconds, timeout=seconds / 20)
+    async with lock:
+        assert 59_000 < server.pttl(f"{prefix}:{{x}}") <= 60_000
+        await lock.extend(seconds / 2)
+        assert 29_000 < server.pttl(f"{prefix}:{{x}}") <= 30_000
+    assert await locks.lock("x").acquire(timeout=seconds / 60)
+    await locks.lock("x").release()
 
 
 async def test_a_bad_timeout_is_refused(make_locks):

@@ -11,8 +11,10 @@ The braces are the cluster hash tag, so names may not contain braces themselves.
 from __future__ import annotations
 
 import math
+import numbers
 from binascii import crc_hqx
 from dataclasses import dataclass, field
+from decimal import Decimal
 from importlib.resources import files
 
 from redlease.errors import InvalidArgument, InvalidName
@@ -70,14 +72,23 @@ def validate_prefix(prefix: object) -> str:
     return prefix
 
 
+SECONDS_TYPES = (numbers.Real, Decimal)
+"""What a number of seconds may be: any real number (int, float, ``Fraction``, numpy's) or a
+``Decimal`` from a configuration, never a bool."""
+
+
 def ttl_to_ms(ttl: object, what: str = "ttl", least_ms: int = MIN_TTL_MS) -> int:
-    """Seconds (int or float) to whole milliseconds, refusing what a lease cannot be."""
-    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)):
+    """Seconds (any real number) to whole milliseconds, refusing what a lease cannot be."""
+    if isinstance(ttl, bool) or not isinstance(ttl, SECONDS_TYPES):
         raise InvalidArgument(f"{what} must be a number of seconds, got {ttl!r}")
-    if not math.isfinite(ttl) or ttl <= 0:
+    try:
+        seconds = float(ttl)
+    except OverflowError:  # an int beyond any float
+        raise InvalidArgument(f"{what} of {ttl!r} s is too long") from None
+    if not math.isfinite(seconds) or seconds <= 0:
         raise InvalidArgument(f"{what} must be a positive, finite number of seconds, got {ttl!r}")
-    ms = round(ttl * 1000)
-    if ttl * 1000 < least_ms:  # before rounding: 9.5 ms is under 10 ms
+    ms = round(seconds * 1000)
+    if seconds * 1000 < least_ms:  # before rounding: 9.5 ms is under 10 ms
         raise InvalidArgument(f"{what} must be at least {least_ms} ms, got {ttl!r} s")
     if ms > MAX_TTL_MS:
         raise InvalidArgument(f"{what} of {ttl!r} s is too long")

@@ -20,7 +20,7 @@ from redlease.core.ops import Claim
 from redlease.core.owner import Owner, explicit_owner
 from redlease.core.protocol import AcquireRequest, Grant, release_reason
 from redlease.errors import InvalidArgument, LeaseLost, LockError, LockTimeout, NotOwned
-from redlease.keys import ttl_to_ms
+from redlease.keys import SECONDS_TYPES, ttl_to_ms
 
 WAIT_FOREVER = -1.0
 """A lock's default ``timeout``: ``None`` means it too, as it does for ``acquire``."""
@@ -272,12 +272,12 @@ class LockBase(LeasedBase[LocksT]):
 def check_timeout(timeout: object) -> float:
     if type(timeout) is float and not math.isnan(timeout):  # the common case first
         return timeout
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+    if isinstance(timeout, bool) or not isinstance(timeout, SECONDS_TYPES):
         raise InvalidArgument(f"timeout must be a number of seconds, got {timeout!r}")
     try:
         seconds = float(timeout)
     except OverflowError:  # an int beyond any float: as long as inf
-        return math.inf if timeout > 0 else -math.inf
+        return -math.inf if str(timeout).startswith("-") else math.inf
     if math.isnan(seconds):
         raise InvalidArgument(f"timeout must be a number of seconds, got {timeout!r}")
     return seconds
