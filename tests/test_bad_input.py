@@ -860,6 +860,8 @@ def test_redlock_masters_are_a_collection_of_distinct_servers(redlease_servers_f
     client = redis.Redis(port=first.port)
     with pytest.raises(redlease.InvalidArgument, match="twice"):
         redlease.Redlock([client, client, redis.Redis(port=second.port)])
+    with pytest.raises(redlease.InvalidArgument, match="twice"):  # a port read from the env
+        redlease.Redlock([redis.Redis(port=str(first.port)), client, redis.Redis(port=second.port)])
     with redlease.Redlock(iter([first.url, second.url, third.url])) as redlock:
         with redlock.lock("order") as lease:
             assert lease.fence > 0

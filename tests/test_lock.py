@@ -287,7 +287,9 @@ async def test_bad_names_are_refused_before_anything_is_written(
     assert not list(server.scan_iter(f"{prefix}*"))
 
 
-@pytest.mark.parametrize("ttl", [0, -1, 0.0001, float("nan"), float("inf"), "10", True])
+@pytest.mark.parametrize(
+    "ttl", [0, -1, 0.0001, float("nan"), float("inf"), "10", True, Decimal("sNaN"), 10**400]
+)
 async def test_bad_ttls_are_refused(make_locks, ttl):
     locks = await make_locks()
     with pytest.raises(redlease.InvalidArgument, match="ttl"):
@@ -334,6 +336,8 @@ async def test_a_bad_timeout_is_refused(make_locks):
     locks = await make_locks()
     with pytest.raises(redlease.InvalidArgument, match="timeout"):
         locks.lock("x", timeout="soon")
+    with pytest.raises(redlease.InvalidArgument, match="timeout"):
+        await locks.lock("x").acquire(timeout=Decimal("sNaN"))
 
 
 @pytest.mark.parametrize(

@@ -85,6 +85,8 @@ def ttl_to_ms(ttl: object, what: str = "ttl", least_ms: int = MIN_TTL_MS) -> int
         seconds = float(ttl)
     except OverflowError:  # an int beyond any float
         raise InvalidArgument(f"{what} of {ttl!r} s is too long") from None
+    except ValueError:  # a signalling NaN
+        seconds = math.nan
     if not math.isfinite(seconds) or seconds <= 0:
         raise InvalidArgument(f"{what} must be a positive, finite number of seconds, got {ttl!r}")
     ms = round(seconds * 1000)

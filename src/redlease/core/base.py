@@ -278,6 +278,8 @@ def check_timeout(timeout: object) -> float:
         seconds = float(timeout)
     except OverflowError:  # an int beyond any float: as long as inf
         return -math.inf if str(timeout).startswith("-") else math.inf
+    except ValueError:  # a signalling NaN
+        seconds = math.nan
     if math.isnan(seconds):
         raise InvalidArgument(f"timeout must be a number of seconds, got {timeout!r}")
     return seconds

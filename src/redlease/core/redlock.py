@@ -97,7 +97,9 @@ def refuse_repeated(clients: Sequence[Any]) -> None:
     seen: set[tuple[object, ...]] = set()
     for client in clients:
         settings = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
-        where = tuple(settings.get(field) for field in ("host", "port", "path"))
+        port = settings.get("port")
+        port = int(port) if isinstance(port, str) and port.isdigit() else port  # from the env
+        where: tuple[object, ...] = (settings.get("host"), port, settings.get("path"))
         if where == (None, None, None):
             where = (id(client),)
         if where in seen:
