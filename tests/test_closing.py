@@ -168,3 +168,54 @@ async def test_a_redlock_grant_that_lands_as_close_runs_is_given_back(
         await asyncio.wait_for(waiter, 20)
     assert await held.lock("n", owner="next").try_acquire() is not None
     await held.aclose()
+
+
+@pytest.mark.parametrize("waits", ["timed out before close()", "waiting at close()"])
+async def test_a_closed_redlock_client_gives_back_what_silent_masters_grant_later(
+    flavor, prefix, redlease_servers_factory, round_trip, waits
+):
+    """Rounds sent to paused masters run when they resume. A single-server client withdraws
+    such a grant after ``close()`` too (guide.md); a Redlock client stopped giving back once
+    closed, so the lock stayed held for the grant's TTL by nobody; and ``close()`` itself
+    took 4.5 s behind its paused masters."""
+    servers = redlease_servers_factory(3)
+    urls = [server.url for server in servers]
+    make = redlease.AsyncRedlock if flavor == "async" else redlease.Redlock
+    closing = make(urls, prefix=prefix)
+    face: Any = closing if flavor == "async" else SyncLocksAdapter(closing)
+    await face.lock("warm", ttl=5).acquire()  # the connections are open before the pause
+    await face.lock("warm").release()
+    for server in servers:
+        server.pause()
+    try:
+        if waits == "timed out before close()":
+            with pytest.raises(redlease.ServerUnavailable):
+                await face.lock("job", ttl=8).acquire(timeout=1)
+            took = await close_redlock(closing)
+        else:
+            waiter = asyncio.create_task(face.lock("job", ttl=8).acquire())
+            await asyncio.sleep(0.5)
+            took = await close_redlock(closing)
+            with pytest.raises(redlease.InvalidArgument, match="closed"):
+                await asyncio.wait_for(waiter, 10)
+        await asyncio.sleep(0.5)
+    finally:
+        for server in servers:
+            server.resume()
+    assert took < allowing(round_trip, quiet=1.5), f"close() took {took:.2f} s"
+    masters = [redis.Redis.from_url(url) for url in urls]
+    assert await eventually(
+        lambda: not any(master.exists(f"{prefix}:{{job}}") for master in masters),
+        allowing(round_trip, quiet=3.0),
+    ), "a grant nobody holds blocks the lock until its TTL runs out"
+    for master in masters:
+        master.close()
+
+
+async def close_redlock(redlock: Any) -> float:
+    started = time.monotonic()
+    if isinstance(redlock, redlease.AsyncRedlock):
+        await redlock.aclose()
+    else:
+        await asyncio.to_thread(redlock.close)
+    return time.monotonic() - started

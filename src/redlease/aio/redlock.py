@@ -17,12 +17,12 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from redlease.aio._flavor import Worker, current_owner, fire, shielded, sleep
+from redlease.aio._flavor import current_owner, fire, shielded, sleep
 from redlease.aio.background import CLOSE_GRACE_S
 from redlease.aio.client import AsyncClient
 from redlease.aio.engine import AsyncEngine
 from redlease.aio.fanout import AsyncFanout
-from redlease.aio.giveback import give_back
+from redlease.aio.giveback import AsyncGivingBack
 from redlease.aio.handle import AsyncLeaseHandle
 from redlease.aio.renewer import AsyncRenewer
 from redlease.compat import ResponseErrors
@@ -104,10 +104,9 @@ class AsyncRedlock(AsyncClient):
         """The renewal worker, and two fan-outs: renewals get their own connections, so no
         amount of acquiring and releasing on the client can make them wait their turn."""
         self._renewer = AsyncRenewer(self)
-        self._giving_back: set[Worker] = set()
-        self._fanout = AsyncFanout([master._scripts for master in self._masters])
-        self._renewals_fanout = AsyncFanout([master._scripts for master in self._masters])
-        self._giving_back_fanout = AsyncFanout([master._scripts for master in self._masters])
+        targets = [master._scripts for master in self._masters]
+        self._fanout, self._renewals_fanout = AsyncFanout(targets), AsyncFanout(targets)
+        self._giving_back = AsyncGivingBack(targets, self._everywhere, lambda: self._closed)
 
     def lock(
         self,
@@ -145,7 +144,7 @@ class AsyncRedlock(AsyncClient):
         fanout = {
             "steps": self._fanout,
             "renewals": self._renewals_fanout,
-            "giving back": self._giving_back_fanout,
+            "giving back": self._giving_back.fanout,
         }[lane]
         replies = await fanout.run(op, indexes, enough=enough, within=within, decided=decided)
         return [
@@ -192,23 +191,18 @@ class AsyncRedlock(AsyncClient):
     def _give_back_later(self, claims: Sequence[Claim]) -> None:
         """Give back on every master, from a worker of its own, what a step cut short or an
         acquire a silent majority failed may have left (see :mod:`redlease.aio.giveback`)."""
-        self._giving_back = {worker for worker in self._giving_back if worker.alive()}
-        masters, closed = len(self._masters), lambda: self._closed
-        self._giving_back.add(
-            Worker(
-                lambda: give_back(self._everywhere, masters, claims, closed), "redlease-give-back"
-            )
-        )
+        self._giving_back.later(claims)
 
     async def aclose(self) -> None:
-        """Stop the renewal worker and close every master's client; no new lease after."""
+        """Stop renewing and close every master's client: no new lease after. The work under
+        way gets a second in all; give-backs, and a round silent masters hold up, go on."""
         self._closed = True
-        for worker in self._giving_back:
-            await worker.stop()
-        await self._renewer.stop(within=CLOSE_GRACE_S)
-        await self._fanout.close()
-        await self._renewals_fanout.close()
-        await self._giving_back_fanout.close()
+        until = self._clock() + CLOSE_GRACE_S
+        await self._giving_back.settle(until, self._clock)
+        await self._renewer.stop(within=max(until - self._clock(), 0.0))
+        for fanout in (self._fanout, self._renewals_fanout):
+            with suppress(Exception):  # the round under way closes them once it ends
+                await shielded(fanout.close, within=max(until - self._clock(), 0.0))
         for master in self._masters:
             await master.aclose()
 
@@ -249,14 +243,14 @@ class AsyncRedlockLock(AsyncLeaseHandle[AsyncRedlock]):
             floor if not request.blocking else None if deadline is None else max(deadline, floor)
         )
         while True:
-            self._locks._refuse_if_closed()  # closed while this acquire waited
+            self._refuse_if_closed(unanswered_by)  # closed while this acquire waited
             within, round_began = self._round_time(rounds_end), clock()
             try:
                 grant, tally, why = await self._round(claim, within)
             except BaseException:
                 self._locks._give_back_later([*unanswered_by, claim])
                 raise
-            self._locks._refuse_if_closed()  # a grant that landed as close() ran went back
+            self._refuse_if_closed([*unanswered_by, claim])  # a grant as close() ran went back
             if grant is not None:
                 return self._settle(owner, grant, request, self._role)
             unanswered = tally.reachable < self._locks._quorum
@@ -280,6 +274,12 @@ class AsyncRedlockLock(AsyncLeaseHandle[AsyncRedlock]):
             await sleep(pause if remaining is None else min(pause, remaining))
             delay = min(delay * 2, RETRY_DELAYS_S[1])
             claim = self._claim(self._locks._new_token(owner), "publish")
+
+    def _refuse_if_closed(self, claims: Sequence[Claim]) -> None:
+        """A closed client takes no new lease; what its rounds may have left goes back."""
+        if self._locks._closed:
+            self._locks._give_back_later(claims)
+            self._locks._refuse_if_closed()
 
     def _unavailable(self, tally: Tally, began: float, unanswered_by: list[Claim]) -> LockError:
         self._locks._give_back_later(unanswered_by)

@@ -8,7 +8,8 @@ a majority would block the lock for its TTL, from everyone. So each claim is rel
 every master until each master answered twice, the second time a moment after the first (a
 command sent before may run just after it), with the pauses of
 :func:`~redlease.core.withdrawal.withdrawal_pauses` between tries: further apart while a
-master stays silent, for the lease's TTL and at least 30 s.
+master stays silent, for the lease's TTL and at least 30 s. This goes on after the client's
+``close()``, as a single server's withdrawals do (guide.md).
 """
 
 from __future__ import annotations
@@ -19,25 +20,54 @@ from typing import Any
 from redlease.core.ops import Claim, RunScript
 from redlease.core.protocol import NETWORK_ERRORS
 from redlease.core.withdrawal import LONGEST_PAUSE_S, withdrawal_pauses
-from redlease.sync._flavor import logger, sleep
+from redlease.sync._flavor import Worker, logger, sleep
+from redlease.sync.fanout import Fanout
+from redlease.sync.scripts import Scripts
 
 Everywhere = Callable[..., list[Any]]
 """``_everywhere(op, only, enough=, within=)`` of a Redlock client."""
 
 
-def give_back(
-    everywhere: Everywhere, masters: int, claims: Sequence[Claim], closed: Callable[[], bool]
-) -> None:
-    """Release every claim on every master until each master answered twice (see above);
-    stops early once the client is closed."""
+class GivingBack:
+    """The give-backs of one Redlock client, each on a worker of its own; once the client
+    is closed, each one closes the connections it used as it ends."""
+
+    def __init__(
+        self, targets: Sequence[Scripts], everywhere: Everywhere, closed: Callable[[], bool]
+    ) -> None:
+        self.fanout = Fanout(targets)
+        """The connections of the give-backs (``everywhere``'s lane "giving back")."""
+        self._everywhere, self._masters, self._closed = everywhere, len(targets), closed
+        self._workers: set[Worker] = set()
+
+    def later(self, claims: Sequence[Claim]) -> None:
+        if not claims:
+            return
+        self._workers = {worker for worker in self._workers if worker.alive()}
+        self._workers.add(Worker(lambda: self._give_back(claims), "redlease-give-back"))
+
+    def _give_back(self, claims: Sequence[Claim]) -> None:
+        give_back(self._everywhere, self._masters, claims)
+        if self._closed():
+            self.fanout.close()
+
+    def settle(self, until: float, clock: Callable[[], float]) -> None:
+        """At ``close()``: wait for the give-backs under way until ``until``; those still
+        waiting for a silent master go on."""
+        for worker in self._workers:
+            worker.wait(until - clock())
+        if not any(worker.alive() for worker in self._workers):
+            self.fanout.close()
+
+
+def give_back(everywhere: Everywhere, masters: int, claims: Sequence[Claim]) -> None:
+    """Release every claim on every master until each master answered twice (see above)."""
     releases: list[RunScript] = [claim.release_op(withdraw=False, latch=False) for claim in claims]
     answers = [0] * masters
     schedule = withdrawal_pauses(max(claim.ttl_ms for claim in claims))
     pause = next(schedule)
     while True:
         sleep(pause)
-        if closed():
-            return
         pending = [index for index, count in enumerate(answers) if count < 2]
         answered = set(pending)
         for release in releases:

@@ -54,12 +54,12 @@ from redlease.core.replies import acquire_error
 from redlease.errors import LeaseLost, LockError, LockTimeout
 from redlease.keys import DEFAULT_PREFIX
 from redlease.scripts import ScriptName
-from redlease.sync._flavor import Worker, current_owner, fire, shielded, sleep
+from redlease.sync._flavor import current_owner, fire, shielded, sleep
 from redlease.sync.background import CLOSE_GRACE_S
 from redlease.sync.client import Client
 from redlease.sync.engine import Engine
 from redlease.sync.fanout import Fanout
-from redlease.sync.giveback import give_back
+from redlease.sync.giveback import GivingBack
 from redlease.sync.handle import LeaseHandle
 from redlease.sync.renewer import Renewer
 
@@ -105,10 +105,9 @@ class Redlock(Client):
         """The renewal worker, and two fan-outs: renewals get their own connections, so no
         amount of acquiring and releasing on the client can make them wait their turn."""
         self._renewer = Renewer(self)
-        self._giving_back: set[Worker] = set()
-        self._fanout = Fanout([master._scripts for master in self._masters])
-        self._renewals_fanout = Fanout([master._scripts for master in self._masters])
-        self._giving_back_fanout = Fanout([master._scripts for master in self._masters])
+        targets = [master._scripts for master in self._masters]
+        self._fanout, self._renewals_fanout = Fanout(targets), Fanout(targets)
+        self._giving_back = GivingBack(targets, self._everywhere, lambda: self._closed)
 
     def lock(
         self,
@@ -146,7 +145,7 @@ class Redlock(Client):
         fanout = {
             "steps": self._fanout,
             "renewals": self._renewals_fanout,
-            "giving back": self._giving_back_fanout,
+            "giving back": self._giving_back.fanout,
         }[lane]
         replies = fanout.run(op, indexes, enough=enough, within=within, decided=decided)
         return [
@@ -193,23 +192,18 @@ class Redlock(Client):
     def _give_back_later(self, claims: Sequence[Claim]) -> None:
         """Give back on every master, from a worker of its own, what a step cut short or an
         acquire a silent majority failed may have left (see :mod:`redlease.sync.giveback`)."""
-        self._giving_back = {worker for worker in self._giving_back if worker.alive()}
-        masters, closed = len(self._masters), lambda: self._closed
-        self._giving_back.add(
-            Worker(
-                lambda: give_back(self._everywhere, masters, claims, closed), "redlease-give-back"
-            )
-        )
+        self._giving_back.later(claims)
 
     def close(self) -> None:
-        """Stop the renewal worker and close every master's client; no new lease after."""
+        """Stop renewing and close every master's client: no new lease after. The work under
+        way gets a second in all; give-backs, and a round silent masters hold up, go on."""
         self._closed = True
-        for worker in self._giving_back:
-            worker.stop()
-        self._renewer.stop(within=CLOSE_GRACE_S)
-        self._fanout.close()
-        self._renewals_fanout.close()
-        self._giving_back_fanout.close()
+        until = self._clock() + CLOSE_GRACE_S
+        self._giving_back.settle(until, self._clock)
+        self._renewer.stop(within=max(until - self._clock(), 0.0))
+        for fanout in (self._fanout, self._renewals_fanout):
+            with suppress(Exception):  # the round under way closes them once it ends
+                shielded(fanout.close, within=max(until - self._clock(), 0.0))
         for master in self._masters:
             master.close()
 
@@ -250,14 +244,14 @@ class RedlockLock(LeaseHandle[Redlock]):
             floor if not request.blocking else None if deadline is None else max(deadline, floor)
         )
         while True:
-            self._locks._refuse_if_closed()  # closed while this acquire waited
+            self._refuse_if_closed(unanswered_by)  # closed while this acquire waited
             within, round_began = self._round_time(rounds_end), clock()
             try:
                 grant, tally, why = self._round(claim, within)
             except BaseException:
                 self._locks._give_back_later([*unanswered_by, claim])
                 raise
-            self._locks._refuse_if_closed()  # a grant that landed as close() ran went back
+            self._refuse_if_closed([*unanswered_by, claim])  # a grant as close() ran went back
             if grant is not None:
                 return self._settle(owner, grant, request, self._role)
             unanswered = tally.reachable < self._locks._quorum
@@ -281,6 +275,12 @@ class RedlockLock(LeaseHandle[Redlock]):
             sleep(pause if remaining is None else min(pause, remaining))
             delay = min(delay * 2, RETRY_DELAYS_S[1])
             claim = self._claim(self._locks._new_token(owner), "publish")
+
+    def _refuse_if_closed(self, claims: Sequence[Claim]) -> None:
+        """A closed client takes no new lease; what its rounds may have left goes back."""
+        if self._locks._closed:
+            self._locks._give_back_later(claims)
+            self._locks._refuse_if_closed()
 
     def _unavailable(self, tally: Tally, began: float, unanswered_by: list[Claim]) -> LockError:
         self._locks._give_back_later(unanswered_by)
