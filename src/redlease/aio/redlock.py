@@ -106,7 +106,7 @@ class AsyncRedlock(AsyncClient):
         self._renewer = AsyncRenewer(self)
         targets = [master._scripts for master in self._masters]
         self._fanout, self._renewals_fanout = AsyncFanout(targets), AsyncFanout(targets)
-        self._giving_back = AsyncGivingBack(targets, self._everywhere, lambda: self._closed)
+        self._giving_back = AsyncGivingBack(targets, self._everywhere)
 
     def lock(
         self,
@@ -147,6 +147,8 @@ class AsyncRedlock(AsyncClient):
             "giving back": self._giving_back.fanout,
         }[lane]
         replies = await fanout.run(op, indexes, enough=enough, within=within, decided=decided)
+        if self._closed:  # a call after close() (a give-back, a release) keeps no connection
+            await fanout.close()
         return [
             refused(op, reply) if isinstance(reply, ResponseErrors) else reply for reply in replies
         ]

@@ -29,27 +29,23 @@ Everywhere = Callable[..., list[Any]]
 
 
 class GivingBack:
-    """The give-backs of one Redlock client, each on a worker of its own; once the client
-    is closed, each one closes the connections it used as it ends."""
+    """The give-backs of one Redlock client, each on a worker of its own (after the client's
+    ``close()``, each of their rounds closes the connections it used: see ``everywhere``)."""
 
-    def __init__(
-        self, targets: Sequence[Scripts], everywhere: Everywhere, closed: Callable[[], bool]
-    ) -> None:
+    def __init__(self, targets: Sequence[Scripts], everywhere: Everywhere) -> None:
         self.fanout = Fanout(targets)
         """The connections of the give-backs (``everywhere``'s lane "giving back")."""
-        self._everywhere, self._masters, self._closed = everywhere, len(targets), closed
+        self._everywhere, self._masters = everywhere, len(targets)
         self._workers: set[Worker] = set()
 
     def later(self, claims: Sequence[Claim]) -> None:
         if not claims:
             return
         self._workers = {worker for worker in self._workers if worker.alive()}
-        self._workers.add(Worker(lambda: self._give_back(claims), "redlease-give-back"))
-
-    def _give_back(self, claims: Sequence[Claim]) -> None:
-        give_back(self._everywhere, self._masters, claims)
-        if self._closed():
-            self.fanout.close()
+        everywhere, masters = self._everywhere, self._masters
+        self._workers.add(
+            Worker(lambda: give_back(everywhere, masters, claims), "redlease-give-back")
+        )
 
     def settle(self, until: float, clock: Callable[[], float]) -> None:
         """At ``close()``: wait for the give-backs under way until ``until``; those still

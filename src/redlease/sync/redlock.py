@@ -107,7 +107,7 @@ class Redlock(Client):
         self._renewer = Renewer(self)
         targets = [master._scripts for master in self._masters]
         self._fanout, self._renewals_fanout = Fanout(targets), Fanout(targets)
-        self._giving_back = GivingBack(targets, self._everywhere, lambda: self._closed)
+        self._giving_back = GivingBack(targets, self._everywhere)
 
     def lock(
         self,
@@ -148,6 +148,8 @@ class Redlock(Client):
             "giving back": self._giving_back.fanout,
         }[lane]
         replies = fanout.run(op, indexes, enough=enough, within=within, decided=decided)
+        if self._closed:  # a call after close() (a give-back, a release) keeps no connection
+            fanout.close()
         return [
             refused(op, reply) if isinstance(reply, ResponseErrors) else reply for reply in replies
         ]
