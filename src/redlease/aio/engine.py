@@ -287,20 +287,20 @@ class AsyncEngine(AsyncClient):
     async def _give_back(self, owner: LeasedBase[Any], lease: Lease) -> ReleaseOutcome:
         """Release a lease already taken off the books, and report how it ended.
 
-        A lease past its local deadline is reported ``EXPIRED`` at once and released from
-        the background: a stopped server must not hold up the end of a ``with`` block.
+        A lease past its local deadline is reported ``EXPIRED`` (then lost) at once and
+        released from the background: a stopped server must not hold up a ``with`` block.
 
         The release runs inline (an asyncio shield would cost a task and two more loop turns
         on every release). Only an interrupted release (a cancellation, Ctrl-C) or a failed
         one (no answer in time) pays more: it is sent again in the background while the
         error goes on to the caller, so the lock is free as soon as the server answers
-        again, and the release latch gives the retry the same answer if the first attempt
-        landed.
+        again, and the release latch gives a retry the first attempt's answer.
         """
         if lease.lost:  # past its deadline: the release can only tidy up, in the background
-            fire(lease, lease._mark_lost(PAST_DEADLINE))
             self._background.finish(lease._claim, lost=lease)
-            return owner._finish_release(lease, EXPIRED, pending=True)[0]
+            outcome = owner._finish_release(lease, EXPIRED, pending=True)[0]
+            fire(lease, lease._mark_lost(PAST_DEADLINE))
+            return outcome
         try:
             code = await self._drive(release_flow(lease._claim))
         except INTERRUPTIONS:

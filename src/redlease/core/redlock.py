@@ -36,6 +36,13 @@ SILENT_MAJORITY_S = 5.0
 lease's validity, and at least this long, as unavailable (a short lease's rounds may just
 be slower than its validity for a while)."""
 
+RETRY_DELAYS_S = (0.005, 0.05)
+"""A refused round retries after a random pause in this range, so contenders desynchronise."""
+MAX_UNANSWERED = 16
+"""The most recent rounds a silent majority left unanswered that a failed acquire gives back."""
+RELEASE_AT_LEAST_S = 0.05
+"""A release waits for the masters until the lease's local deadline, and at least this long."""
+
 
 class _NotAwaited:
     def __repr__(self) -> str:

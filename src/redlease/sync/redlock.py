@@ -25,6 +25,7 @@ from redlease.core.lease import PAST_DEADLINE, Lease, ReleaseOutcome
 from redlease.core.ops import Claim, RunScript
 from redlease.core.owner import Owner, TokenFactory, random_token
 from redlease.core.protocol import (
+    EXPIRED,
     NETWORK_ERRORS,
     RELEASED,
     TAKEN_OVER,
@@ -33,6 +34,9 @@ from redlease.core.protocol import (
     alive,
 )
 from redlease.core.redlock import (
+    MAX_UNANSWERED,
+    RELEASE_AT_LEAST_S,
+    RETRY_DELAYS_S,
     ROUND_FLOOR_S,
     SILENT_MAJORITY_S,
     STRAGGLER_GRACE_S,
@@ -62,13 +66,6 @@ from redlease.sync.fanout import Fanout
 from redlease.sync.giveback import GivingBack
 from redlease.sync.handle import LeaseHandle
 from redlease.sync.renewer import Renewer
-
-RETRY_DELAYS_S = (0.005, 0.05)
-"""A refused round retries after a random pause in this range, so contenders desynchronise."""
-MAX_UNANSWERED = 16
-"""The most recent rounds a silent majority left unanswered that a failed acquire gives back."""
-RELEASE_AT_LEAST_S = 0.05
-"""A release waits for the masters until the lease's local deadline, and at least this long."""
 
 
 class Redlock(Client):
@@ -345,8 +342,11 @@ class RedlockLock(LeaseHandle[Redlock]):
         lease = self._begin_release()
         if isinstance(lease, ReleaseOutcome):
             return lease
-        if lease.lost:  # past its deadline: tell the holder now, not when the replies come
+        if lease.lost:  # past its deadline: given back from the background, as by a client
+            self._locks._give_back_later([lease._claim])
+            outcome = self._finish_release(lease, EXPIRED, pending=True)[0]
             fire(lease, lease._mark_lost(PAST_DEADLINE))
+            return outcome
         within = max(lease.expires_at - self._locks._clock(), RELEASE_AT_LEAST_S)
         try:
             replies = self._locks._everywhere(
