@@ -158,3 +158,40 @@ def test_an_acquire_sent_again_on_a_new_connection_is_a_write_its_wait_covers(pa
         pair.replica.resume()
     assert int(granted[0]) == 1, "the retry finds its own grant"
     assert confirmed == 0, "the WAIT covered the grant: the paused replica did not confirm it"
+
+
+async def test_a_try_on_a_held_lock_does_not_wait_for_the_replicas(
+    make_locks, pair, prefix, round_trip, flavor
+):
+    """guide.md: the replica confirmation is for a grant, and ``timeout`` bounds the wait for
+    the lock. Every attempt sent its WAIT along, so with the replica paused a single try on
+    a held lock took the whole replica timeout, and a waiter queued that much later than a
+    waiter that came after it (an outside tester: 1.01 s for ``acquire(timeout=0)``)."""
+    replica_timeout = max(2.0, allowing(round_trip, quiet=2.0, round_trips=40))
+    locks = await make_locks(pair.master.url, replicas=1, replica_timeout=replica_timeout)
+    plain = await make_locks(pair.master.url)
+    await plain.lock("invoice", ttl=30).acquire()
+    pair.replica.pause()
+    try:
+        started = time.monotonic()
+        assert await locks.lock("invoice", ttl=30).try_acquire() is None
+        tried = time.monotonic() - started
+        started = time.monotonic()
+        with pytest.raises(redlease.LockTimeout):
+            await locks.lock("invoice", ttl=30).acquire(timeout=0.2)
+        waited = time.monotonic() - started
+        started = time.monotonic()
+        family = locks.locks if flavor == "sync" else locks
+        multi = family.multi_lock(["invoice", "ledger"], ttl=30)
+        with pytest.raises(redlease.LockTimeout):
+            if flavor == "sync":
+                await locks.run(multi.acquire, timeout=0)
+            else:
+                await multi.acquire(timeout=0)
+        tried_both = time.monotonic() - started
+    finally:
+        pair.replica.resume()
+    assert tried < replica_timeout / 2, f"a try on a held lock took {tried:.2f} s"
+    assert waited < 0.2 + replica_timeout / 2, f"acquire(timeout=0.2) took {waited:.2f} s"
+    assert tried_both < replica_timeout / 2, f"a multi-lock's try took {tried_both:.2f} s"
+    assert await plain.lock("invoice").release() is ReleaseOutcome.RELEASED

@@ -25,10 +25,11 @@ from redlease.core.protocol import (
     Clock,
     Flow,
     acquire_flow,
+    confirm_replicas,
     extend_flow,
+    give_back,
     release_flow,
 )
-from redlease.core.replication import ReplicaShortfall
 from redlease.core.replies import fence_error, text_of
 from redlease.errors import WrongKeyType
 from redlease.keys import LockKeys
@@ -89,20 +90,24 @@ def _take_all_at_once(claims: list[Claim], held: _Held) -> Flow:
     keys: list[str] = []
     for claim in claims:
         keys += [claim.keys.lease, claim.keys.fence]
-    operation = RunScript(
-        ScriptName.MULTI_ACQUIRE, keys, (claims[0].token, claims[0].ttl_ms), acks=claims[0].acks
-    )
+    operation = RunScript(ScriptName.MULTI_ACQUIRE, keys, (claims[0].token, claims[0].ttl_ms))
     try:
         reply = yield operation
     except NETWORK_ERRORS as exc:  # the caller withdraws every part
         raise unavailable(claims[0].keys, "acquire", exc) from exc
-    except ReplicaShortfall as short:
-        if int(short.reply[0]) == 1:
-            raise  # the caller withdraws every part: NotReplicated
-        reply = short.reply  # a refusal wrote nothing to confirm
     status = int(reply[0])
     if status == 1:
-        return [held.fences.get(i) or int(f) for i, f in enumerate(reply[1:])], sent_at
+        # replicas confirm the grant, not the try (a shortfall: the caller withdraws every
+        # part, NotReplicated); one server's replicas that have a later write have it all
+        fences = [held.fences.get(i) or int(f) for i, f in enumerate(reply[1:])]
+        confirmed = claims[0].acks is None or (
+            (yield from confirm_replicas(claims[0], held.clock)) is not None
+        )
+        if confirmed:
+            return fences, sent_at
+        for claim in claims:  # the first part ended before its replicas confirmed it
+            yield from give_back(claim)
+        return 0
     if status < 0:
         yield from held.give_back()
         index = int(reply[1]) - 1

@@ -21,7 +21,6 @@ from redlease.compat import (
 from redlease.core.failures import unavailable
 from redlease.core.lease import local_deadline
 from redlease.core.ops import Claim, Operation, RunScript, Subscribe, Wait
-from redlease.core.replication import ReplicaShortfall
 from redlease.core.replies import fence_error, foreign_value, script_answer, text_of
 from redlease.errors import (
     LockError,
@@ -184,24 +183,20 @@ def _give_up(request: AcquireRequest, queue: str) -> Flow:
 
 def _attempt(claim: Claim, queue: str, clock: Clock) -> Flow:
     """One acquire script call: a live :class:`Grant`, a :class:`Refusal`, or ``None`` when
-    the grant was already over on arrival (it was given back)."""
+    the grant was already over on arrival (it was given back).
+
+    The call goes without WAIT: the replicas confirm a grant (see :func:`_confirmed`), and a
+    try that finds the lock held must not wait for them, as ``timeout`` bounds the wait.
+    """
     sent_at = clock()
-    operation = claim.acquire_op(queue)
+    operation = claim.without_acks().acquire_op(queue)
     try:
         reply = yield operation
     except NETWORK_ERRORS as exc:
         raise unavailable(claim.keys, "acquire", exc) from exc
-    except ReplicaShortfall as short:
-        if int(short.reply[0]) == 1:
-            raise
-        reply = short.reply  # a refusal wrote only the queue: nothing to confirm
     status, value = int(reply[0]), reply[1]
     if status == 1:
-        grant = Grant(claim, int(value), sent_at)
-        if alive(grant, clock()):
-            return grant
-        yield from give_back(claim)
-        return None
+        return (yield from _confirmed(Grant(claim, int(value), sent_at), clock))
     if status == -1:
         raise foreign_value(operation, reply)
     if status == -2:
@@ -214,12 +209,18 @@ def _take_handoff(
 ) -> Flow:
     """The grant a hand-off message carried, once confirmed alive; ``None`` to keep waiting."""
     granted = handoff.received_at if anchor is None else anchor.grant_time(handoff)
-    grant = Grant(claim, handoff.fence, granted)
+    return (yield from _confirmed(Grant(claim, handoff.fence, granted), clock))
+
+
+def _confirmed(grant: Grant, clock: Clock) -> Flow:
+    """``grant`` once alive by its local deadline and, with ``replicas=N``, confirmed by N
+    replicas; ``None`` (keep waiting) when it ended first, given back if it was ours."""
+    claim = grant.claim
     if claim.acks is not None:
-        confirmed = yield from _confirm_handoff(claim, clock)
+        confirmed = yield from confirm_replicas(claim, clock)
         if confirmed is None:
-            return None  # the handed lease ended before the replicas could confirm it
-        grant = Grant(claim, handoff.fence, max(granted, confirmed))
+            return None  # the lease ended before the replicas could confirm it
+        grant = replace(grant, sent_at=max(grant.sent_at, confirmed))
     if alive(grant, clock()):
         return grant
     yield from give_back(claim)
@@ -248,11 +249,12 @@ def _subscribe(claim: Claim, deadline: float, clock: Clock) -> Flow:
     )
 
 
-def _confirm_handoff(claim: Claim, clock: Clock) -> Flow:
-    """With ``replicas=N``: make the handed lease a write of our own and wait for N replicas.
+def confirm_replicas(claim: Claim, clock: Clock) -> Flow:
+    """With ``replicas=N``: make the granted lease a write of our own and wait for N replicas.
 
-    WAIT counts this connection's writes, and the hand-off was the releaser's; refreshing
-    the lease's TTL is a write whose acknowledgement covers everything before it. Returns
+    WAIT counts one connection's writes, and a hand-off was the releaser's write (a grant
+    may have gone out on another connection); refreshing the lease's TTL is a write whose
+    acknowledgement covers everything before it. Returns
     when it was sent, or ``None`` when the lease was already gone. Too few confirmations
     raise :class:`ReplicaShortfall` (the caller gives the lease back: ``NotReplicated``).
     """
