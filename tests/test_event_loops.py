@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from typing import Any
 
 import pytest
 import redis
@@ -92,7 +93,9 @@ def test_a_client_busy_on_a_running_loop_refuses_another_one(redlease_url, prefi
         async def elsewhere() -> None:
             await locks.lock("other", ttl=5).acquire(timeout=0)
 
-        with pytest.raises(redlease.InvalidArgument, match="per event loop"):
+        with pytest.raises(
+            redlease.InvalidArgument, match="another event loop that is still running"
+        ):
             asyncio.run(elsewhere())
     finally:
         finish.set()
@@ -118,3 +121,42 @@ def test_a_fastapi_test_client_without_with_serves_every_request(redlease_url, p
     assert statuses == [200, 200, 200]
     with redis.Redis.from_url(redlease_url) as plain:
         assert not plain.exists(f"{prefix}:{{order:7}}")
+
+
+@pytest.mark.parametrize("client", ["locks", "redlock"])
+def test_a_second_running_loop_is_refused_before_anything_is_counted(
+    redlease_url, redlease_servers_factory, prefix, client
+):
+    """guide.md: used from a second loop while the first still runs, an ``AsyncLocks``
+    raises ``InvalidArgument`` before writing anything. With an explicit ``owner=``, a
+    release there took the lease off the client's books first (the owner's own release
+    then said ``NotOwned``), an ``extend`` said ``NotOwned``, and a re-entry counted."""
+    if client == "redlock":
+        locks: Any = redlease.AsyncRedlock(
+            [server.url for server in redlease_servers_factory(3)], prefix=prefix
+        )
+    else:
+        locks = redlease.AsyncLocks(redlease_url, prefix=prefix)
+    started, finish = threading.Event(), threading.Event()
+    outcome: list[Any] = []
+
+    async def hold_the_loop() -> None:
+        await locks.lock("job", ttl=30, owner="job").acquire()
+        started.set()
+        while not finish.is_set():  # noqa: ASYNC110 - set from another thread
+            await asyncio.sleep(0.01)
+        outcome.append(await locks.lock("job", owner="job").release())
+        await locks.aclose()
+
+    thread = threading.Thread(target=lambda: asyncio.run(hold_the_loop()))
+    thread.start()
+    try:
+        assert started.wait(5)
+        lock = locks.lock("job", owner="job")
+        for call in (lock.release, lambda: lock.extend(10), lock.acquire):
+            with pytest.raises(redlease.InvalidArgument, match="another event loop"):
+                asyncio.run(call())
+    finally:
+        finish.set()
+        thread.join(10)
+    assert outcome == [redlease.ReleaseOutcome.RELEASED], "the hold was counted once, as taken"

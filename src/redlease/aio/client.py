@@ -4,16 +4,23 @@ redis-py client a URL names."""
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from redlease.aio._flavor import ASYNCIO, drop_old_master_connections, fire
+from redlease.aio._flavor import (
+    ASYNCIO,
+    current_loop,
+    drop_old_master_connections,
+    fire,
+    loop_is_over,
+)
 from redlease.aio.renewer import AsyncRenewer
 from redlease.compat import check_client
 from redlease.core.client_state import LocksBase
 from redlease.core.lease import Lease
+from redlease.errors import InvalidArgument
 from redlease.urls import from_url
 
 ClientT = TypeVar("ClientT", bound="AsyncClient")
@@ -35,6 +42,18 @@ class AsyncClient(LocksBase):
             self._renewer.wake()
             return True
         return False
+
+    def _refuse_a_second_loop(self) -> None:
+        for loop in self._loops():
+            if loop is not None and loop is not current_loop() and not loop_is_over(loop):
+                raise InvalidArgument(
+                    f"this {type(self).__name__} works on another event loop that is still "
+                    "running; make one for each event loop (or use the sync flavour)"
+                )
+
+    def _loops(self) -> list[Any]:
+        """The event loops this client works on (its servers', for a Redlock client)."""
+        raise NotImplementedError
 
     async def aclose(self) -> None:
         raise NotImplementedError

@@ -24,7 +24,6 @@ from redlease.aio._flavor import (
     current_loop,
     fire,
     forget_connections,
-    loop_is_over,
     master_moved,
     shielded,
 )
@@ -120,6 +119,9 @@ class AsyncEngine(AsyncClient):
         self._ready_publish = None
         self._background = self._new_background()
 
+    def _loops(self) -> list[Any]:
+        return [self._loop]
+
     async def _on_this_loop(self) -> None:
         """Work on the running event loop: move here when the previous loop is over.
 
@@ -130,15 +132,10 @@ class AsyncEngine(AsyncClient):
         loop = current_loop()
         if loop is self._loop:
             return
+        self._refuse_a_second_loop()
         previous, self._loop = self._loop, loop
         if previous is None:
             return
-        if not loop_is_over(previous):
-            self._loop = previous
-            raise InvalidArgument(
-                "this AsyncLocks works on another event loop that is still running; "
-                "make one AsyncLocks per event loop (or use the sync Locks from threads)"
-            )
         orphans = self._renewals.leases()
         forget_connections(self.client)
         self._after_fork()

@@ -93,6 +93,9 @@ class AsyncRedlock(AsyncClient):
         self._masters_checked = False
         self._start_workers()
 
+    def _loops(self) -> list[Any]:
+        return [master._loop for master in self._masters]
+
     def _after_fork(self) -> None:
         super()._after_fork()
         self._start_workers()
@@ -154,18 +157,16 @@ class AsyncRedlock(AsyncClient):
         """At the first acquisition, start saying (in the background, as a lock client does
         at its first) which masters evict keys: an evicted fencing counter starts again
         from 1, under the tokens a Redlock grant relies on. ``within=0`` never waits."""
-        if self._masters_checked:
-            return
-        self._masters_checked = True
-        with suppress(Exception):
-            await shielded(self._warn_of_eviction, within=0)
+        if not self._masters_checked:
+            self._masters_checked = True
+            with suppress(Exception):
+                await shielded(self._warn_of_eviction, within=0)
 
     async def _warn_of_eviction(self) -> None:
         for master in self._masters:
-            if self._closed:
-                return
             with suppress(*NETWORK_ERRORS):
-                await master._warn_if_evicting()
+                if not self._closed:
+                    await master._warn_if_evicting()
 
     async def _renew_batch(self, due: list[Lease]) -> list[bool | None]:
         """Renew on every master; a lease is kept while a majority still holds it.

@@ -205,6 +205,7 @@ class LockBase(LeasedBase[LocksT]):
         self, blocking: bool | None, timeout: float | None, publish: str
     ) -> tuple[Owner, Lease | None, AcquireRequest | None]:
         """Reenter a held lease locally, or say what to ask the server for."""
+        self._locks._refuse_a_second_loop()
         owner = self._owner()
         held = self._locks._held(self._role, owner)
         if held is not None:
@@ -232,6 +233,7 @@ class LockBase(LeasedBase[LocksT]):
         """The lease to release on the server, or, when an outer hold remains, what the
         inner release reports: ``STILL_HELD``, or ``EXPIRED`` for a lease already known to
         have ended (found lost, or past its local deadline); nothing is sent either way."""
+        self._locks._refuse_a_second_loop()
         if owner is None:
             owner = self._owner()
         role = self._role
@@ -247,6 +249,7 @@ class LockBase(LeasedBase[LocksT]):
         return lease
 
     def _begin_extend(self, ttl: float | None) -> tuple[Lease, int]:
+        self._locks._refuse_a_second_loop()
         lease = self.lease
         if lease is None:
             raise NotOwned(f"lock {self.name!r} is not held by {self._owner().describe()}")

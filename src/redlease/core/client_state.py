@@ -150,6 +150,10 @@ class LocksBase:
         """A fresh random token; host, pid and owner ride along so operators can see the holder."""
         return f"{self._token_factory()}{self._token_tail}{owner.describe()}"
 
+    def _refuse_a_second_loop(self) -> None:
+        """Raise ``InvalidArgument`` when an asyncio client is used from a second event loop
+        while its own still runs: called before anything is counted or sent."""
+
     def _held(self, role: str, owner: Hashable) -> Lease | None:
         # one dict read is atomic: no guard needed (writers still take it)
         return self._held_by.get((role, owner))

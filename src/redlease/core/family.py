@@ -90,6 +90,7 @@ class WriteLockBase(LockBase[LocksT]):
         )
 
     def _begin_downgrade(self) -> tuple[Lease, SharedClaim]:
+        self._locks._refuse_a_second_loop()
         lease = self.lease
         if lease is None:
             raise NotOwned(f"write lock {self.name!r} is not held by {self._owner().describe()}")
@@ -220,6 +221,7 @@ class MultiLockBase(LeasedBase[LocksT]):
         return self._locks._multi_by.get((self._names, owner))
 
     def _claims(self, owner: Owner, publish: str) -> list[Claim]:
+        self._locks._refuse_a_second_loop()
         if self._holding(owner) is not None:
             raise LockError(f"multi-lock {self.name!r} is already held by {owner.describe()}")
         for keys in self._all_keys:  # it would wait on its own owner, for ever
@@ -270,6 +272,7 @@ class MultiLockBase(LeasedBase[LocksT]):
         return held
 
     def _begin_release(self) -> MultiLease:
+        self._locks._refuse_a_second_loop()
         owner = self._owner()
         with self._locks._guard:
             held = self._locks._multi_by.pop((self._names, owner), None)

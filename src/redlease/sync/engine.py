@@ -51,7 +51,6 @@ from redlease.sync._flavor import (
     current_loop,
     fire,
     forget_connections,
-    loop_is_over,
     master_moved,
     shielded,
 )
@@ -119,6 +118,9 @@ class Engine(Client):
         self._ready_publish = None
         self._background = self._new_background()
 
+    def _loops(self) -> list[Any]:
+        return [self._loop]
+
     def _on_this_loop(self) -> None:
         """Work on the running event loop: move here when the previous loop is over.
 
@@ -129,15 +131,10 @@ class Engine(Client):
         loop = current_loop()
         if loop is self._loop:
             return
+        self._refuse_a_second_loop()
         previous, self._loop = self._loop, loop
         if previous is None:
             return
-        if not loop_is_over(previous):
-            self._loop = previous
-            raise InvalidArgument(
-                "this Locks works on another event loop that is still running; "
-                "make one Locks and share it between threads (or use the sync Locks from threads)"
-            )
         orphans = self._renewals.leases()
         forget_connections(self.client)
         self._after_fork()
