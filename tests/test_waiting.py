@@ -382,3 +382,60 @@ async def test_lease_handed_to_a_paused_waiter_does_not_overstate_its_time(
             process.send_signal(signal.SIGCONT)
             process.kill()
             await process.wait()
+
+
+class Interrupted(BaseException):
+    """What a signal handler of the caller raises, at any point of ``acquire``."""
+
+
+def interrupting(function: str) -> Any:
+    """A trace function that raises :class:`Interrupted` as redlease calls ``function``: a
+    signal that lands there, without the timing."""
+
+    def trace(frame: Any, event: str, arg: Any) -> Any:
+        if (
+            event == "call"
+            and frame.f_code.co_name == function
+            and "redlease" in (frame.f_code.co_filename)
+        ):
+            sys.settrace(None)
+            raise Interrupted(function)
+        return None
+
+    return trace
+
+
+@pytest.mark.parametrize("step", ["_lease", "_adopt", "_observe"])
+@pytest.mark.parametrize("client", ["locks", "multi", "redlock"])
+def test_an_acquire_interrupted_after_the_grant_gives_it_back(
+    redlease_url, redlease_servers_factory, prefix, round_trip, step, client
+):
+    """which-lock.md, guide.md: an acquire cut short (Ctrl-C, a time limit's signal) is given
+    back. A signal that landed after the server granted the lock but before ``acquire``
+    returned left it held by nobody for its TTL (Redlock, and a plain lock), or held and
+    renewed for ever by the client's worker once the lease was on its books (an outside
+    tester, SIGALRM 0.1-3 ms into acquire)."""
+    if client == "redlock":
+        urls = [server.url for server in redlease_servers_factory(3)]
+        interrupted, other = (redlease.Redlock(urls, prefix=prefix) for _ in range(2))
+    else:
+        interrupted, other = (redlease.Locks(redlease_url, prefix=prefix) for _ in range(2))
+    if step == "_lease" and client == "multi":
+        step = "_adopt_each"  # a multi-lock makes its leases itself
+    with interrupted, other:
+        lock: Any = (
+            interrupted.multi_lock(["report", "stock"], ttl=30)
+            if client == "multi"
+            else interrupted.lock("report", ttl=30)
+        )
+        sys.settrace(interrupting(step))
+        try:
+            with pytest.raises(Interrupted):
+                lock.acquire(timeout=5)
+        finally:
+            sys.settrace(None)
+        with pytest.raises(redlease.NotOwned):
+            lock.release()  # nothing is left on the books
+        within = allowing(round_trip, quiet=3.0)
+        for name in ("report", "stock") if client == "multi" else ("report",):
+            assert other.lock(name, ttl=5).acquire(timeout=within).fence > 0

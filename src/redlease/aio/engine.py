@@ -41,7 +41,7 @@ from redlease.core.hooks import ERROR, Hooks, combine
 from redlease.core.lease import PAST_DEADLINE, Lease, ReleaseOutcome
 from redlease.core.multi import one_slot
 from redlease.core.ops import Claim
-from redlease.core.owner import TokenFactory, random_token
+from redlease.core.owner import Owner, TokenFactory, random_token
 from redlease.core.protocol import (
     EXPIRED,
     LEFT_QUEUED,
@@ -57,7 +57,7 @@ from redlease.core.protocol import (
 from redlease.core.renewal import renewal_answers, renewal_calls
 from redlease.core.replication import ReplicaAcks, ReplicaShortfall
 from redlease.core.subscriptions import PubSubCommands, has_sharded_pubsub, is_denied
-from redlease.errors import InvalidArgument, LockError, ServerUnavailable
+from redlease.errors import InvalidArgument, LockError, LockTimeout, ServerUnavailable
 from redlease.keys import DEFAULT_PREFIX, LockKeys, ttl_to_ms
 
 INLINE_WITHDRAWAL_S = 1.0
@@ -253,33 +253,35 @@ class AsyncEngine(AsyncClient):
         """Whether one script may take these locks at once: one server, or one cluster slot."""
         return not self._scripts.cluster or one_slot(keys)
 
-    async def _obtain(self, owner: LeasedBase[Any], request: AcquireRequest) -> Grant | None:
-        """Run an acquisition; an interrupted one gives back whatever it may have got."""
-        try:
-            return await self._obtain_grant(request)
-        except BaseException as exc:
-            owner._observe(request, ERROR, error=exc)
-            raise
+    async def _obtain(
+        self, handle: LeasedBase[Any], request: AcquireRequest, owner: Owner, role: str | None
+    ) -> Lease:
+        """Run an acquisition to the lease it records (``LockTimeout`` when time ran out).
 
-    async def _obtain_grant(self, request: AcquireRequest) -> Grant | None:
+        Whatever interrupts it before the lease is returned (a cancellation, Ctrl-C, a signal
+        handler's own exception, between any two steps) gives back what it may have got."""
         await self._on_this_loop()  # refused before anything is sent: nothing to undo
         try:
             grant: Grant | None = await self._drive(acquire_flow(request, self._clock))
+            if grant is LEFT_QUEUED:  # time ran out while queued
+                await self._withdraw_in_time(request.claim)
+                grant = None
+            elif grant is not None:  # granted as close() ran: nobody would renew it
+                self._refuse_if_closed()
+            return handle._settle(owner, grant, request, role)
+        except LockTimeout:
+            raise  # nothing granted, and reported as a timeout
         except ReplicaShortfall as short:
+            error = short.rolled_back(request.claim.keys.name)
+            handle._observe(request, ERROR, error=error)
             await self._undo([request.claim])
-            raise short.rolled_back(request.claim.keys.name) from None
-        except BaseException as exc:  # a cancellation, Ctrl-C, the caller's own signal handler
+            raise error from None
+        except BaseException as exc:
+            handle._observe(request, ERROR, error=exc)
             await self._undo([request.claim], exc)
             if isinstance(exc, Exception):
                 self._refuse_if_closed()  # close() cut the link under it: say so instead
             raise
-        if grant is LEFT_QUEUED:  # time ran out while queued
-            await self._withdraw_in_time(request.claim)
-            return None
-        if grant is not None and self._closed:  # granted as close() ran: nobody would renew it
-            await self._undo([request.claim])
-            self._refuse_if_closed()
-        return grant
 
     async def _give_back(self, owner: LeasedBase[Any], lease: Lease) -> ReleaseOutcome:
         """Release a lease already taken off the books, and report how it ended.

@@ -98,7 +98,7 @@ class AsyncSemaphore(SemaphoreBase[AsyncEngine]):
         owner = self._owner()
         publish = await self._locks._publish_for(self)
         request = self._request(self._claim(owner, publish), blocking, timeout)
-        return self._settle(owner, await self._locks._obtain(self, request), request, None)
+        return await self._locks._obtain(self, request, owner, None)
 
     async def try_acquire(self) -> Lease | None:
         try:
@@ -197,23 +197,23 @@ class AsyncMultiLock(MultiLockBase[AsyncEngine]):
         request = self._request(claims[0], blocking, timeout)
         atomic = self._locks._atomic_for(self._all_keys)
         flow = multi_acquire_flow(claims, atomic, request, self._locks._clock)
-        try:
-            result = await self._locks._drive(flow)
+        try:  # the parts are given back until the caller has them, whatever comes first
+            held = self._adopt_all(owner, claims, await self._locks._drive(flow))
+            if held is not None:
+                self._observe(request, ACQUIRED, held.leases[0], parts=tuple(held.leases))
+                return held
         except ReplicaShortfall as short:
             error = short.rolled_back(self.name)
             self._observe(request, ERROR, error=error)
             await self._locks._undo(claims)
             raise error from None
         except BaseException as exc:
+            self._drop(owner)
             self._observe(request, ERROR, error=exc)
             await self._locks._undo(claims, exc)
             raise
-        held = self._adopt_all(owner, claims, result)
-        if held is None:
-            self._observe(request, TIMEOUT)
-            raise LockTimeout(self.name, request.timeout if request.blocking else 0)
-        self._observe(request, ACQUIRED, held.leases[0], parts=tuple(held.leases))
-        return held
+        self._observe(request, TIMEOUT)
+        raise LockTimeout(self.name, request.timeout if request.blocking else 0)
 
     async def release(self) -> ReleaseOutcome:
         """Release every part; ``EXPIRED`` if any part had already ended."""

@@ -74,7 +74,7 @@ class AsyncLock(AsyncLeaseHandle[AsyncEngine]):
         if held is not None:
             return held
         assert request is not None
-        return self._settle(owner, await self._locks._obtain(self, request), request, self._role)
+        return await self._locks._obtain(self, request, owner, self._role)
 
     async def release(self) -> ReleaseOutcome:
         """Release (or count down a reentrant hold). Raises :class:`NotOwned` if not held.

@@ -245,14 +245,14 @@ class AsyncRedlockLock(AsyncLeaseHandle[AsyncRedlock]):
         while True:
             self._refuse_if_closed(unanswered_by)  # closed while this acquire waited
             within, round_began = self._round_time(rounds_end), clock()
-            try:
+            try:  # a grant is given back until its lease is recorded, whatever comes first
                 grant, tally, why = await self._round(claim, within)
+                if grant is not None and not self._locks._closed:
+                    return self._settle(owner, grant, request, self._role)
             except BaseException:
                 self._locks._give_back_later([*unanswered_by, claim])
                 raise
             self._refuse_if_closed([*unanswered_by, claim])  # a grant as close() ran went back
-            if grant is not None:
-                return self._settle(owner, grant, request, self._role)
             unanswered = tally.reachable < self._locks._quorum
             if unanswered:
                 typed = [error for error in tally.errors if not isinstance(error, NETWORK_ERRORS)]

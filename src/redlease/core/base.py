@@ -129,10 +129,14 @@ class LeasedBase(Generic[LocksT]):
             self._observe(request, TIMEOUT)
             raise LockTimeout(self.name, request.timeout if request.blocking else 0)
         lease = self._lease(owner, grant)
-        self._locks._adopt(lease, role)
-        if grant.contended:
-            self._locks._note_contention(grant.claim.keys.lease)
-        self._observe(request, ACQUIRED, lease)
+        try:  # interrupted (a signal handler's exception): the caller gives the grant back
+            self._locks._adopt(lease, role)
+            if grant.contended:
+                self._locks._note_contention(grant.claim.keys.lease)
+            self._observe(request, ACQUIRED, lease)
+        except BaseException:
+            self._locks._forget(lease, role)
+            raise
         return lease
 
     def _finish_release(

@@ -250,7 +250,26 @@ class MultiLockBase(LeasedBase[LocksT]):
         if result is None:
             return None
         fences, sent_at = result
-        leases = []
+        leases: list[Lease] = []
+        try:
+            self._adopt_each(owner, claims, fences, sent_at, leases)
+        except BaseException:  # interrupted: the caller gives every part back
+            for lease in leases:
+                self._locks._forget(lease, None)
+            raise
+        held = MultiLease(leases)
+        with self._locks._guard:
+            self._locks._multi_by[(self._names, owner)] = held
+        return held
+
+    def _adopt_each(
+        self,
+        owner: Owner,
+        claims: list[Claim],
+        fences: list[int],
+        sent_at: float,
+        leases: list[Lease],
+    ) -> None:
         for keys, claim, fence in zip(self._all_keys, claims, fences, strict=True):
             lease = Lease(
                 name=keys.name,
@@ -264,12 +283,15 @@ class MultiLockBase(LeasedBase[LocksT]):
                 _renewing=self._renew,
                 _clock=self._locks._clock,
             )
-            self._locks._adopt(lease, None)
             leases.append(lease)
-        held = MultiLease(leases)
+            self._locks._adopt(lease, None)
+
+    def _drop(self, owner: Owner) -> None:
+        """Take what an interrupted acquisition recorded off the books (it is given back)."""
         with self._locks._guard:
-            self._locks._multi_by[(self._names, owner)] = held
-        return held
+            held = self._locks._multi_by.pop((self._names, owner), None)
+        for lease in held.leases if held is not None else []:
+            self._locks._forget(lease, None)
 
     def _begin_release(self) -> MultiLease:
         self._locks._refuse_a_second_loop()

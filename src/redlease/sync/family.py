@@ -99,7 +99,7 @@ class Semaphore(SemaphoreBase[Engine]):
         owner = self._owner()
         publish = self._locks._publish_for(self)
         request = self._request(self._claim(owner, publish), blocking, timeout)
-        return self._settle(owner, self._locks._obtain(self, request), request, None)
+        return self._locks._obtain(self, request, owner, None)
 
     def try_acquire(self) -> Lease | None:
         try:
@@ -196,23 +196,23 @@ class MultiLock(MultiLockBase[Engine]):
         request = self._request(claims[0], blocking, timeout)
         atomic = self._locks._atomic_for(self._all_keys)
         flow = multi_acquire_flow(claims, atomic, request, self._locks._clock)
-        try:
-            result = self._locks._drive(flow)
+        try:  # the parts are given back until the caller has them, whatever comes first
+            held = self._adopt_all(owner, claims, self._locks._drive(flow))
+            if held is not None:
+                self._observe(request, ACQUIRED, held.leases[0], parts=tuple(held.leases))
+                return held
         except ReplicaShortfall as short:
             error = short.rolled_back(self.name)
             self._observe(request, ERROR, error=error)
             self._locks._undo(claims)
             raise error from None
         except BaseException as exc:
+            self._drop(owner)
             self._observe(request, ERROR, error=exc)
             self._locks._undo(claims, exc)
             raise
-        held = self._adopt_all(owner, claims, result)
-        if held is None:
-            self._observe(request, TIMEOUT)
-            raise LockTimeout(self.name, request.timeout if request.blocking else 0)
-        self._observe(request, ACQUIRED, held.leases[0], parts=tuple(held.leases))
-        return held
+        self._observe(request, TIMEOUT)
+        raise LockTimeout(self.name, request.timeout if request.blocking else 0)
 
     def release(self) -> ReleaseOutcome:
         """Release every part; ``EXPIRED`` if any part had already ended."""

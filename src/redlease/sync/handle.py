@@ -75,7 +75,7 @@ class Lock(LeaseHandle[Engine]):
         if held is not None:
             return held
         assert request is not None
-        return self._settle(owner, self._locks._obtain(self, request), request, self._role)
+        return self._locks._obtain(self, request, owner, self._role)
 
     def release(self) -> ReleaseOutcome:
         """Release (or count down a reentrant hold). Raises :class:`NotOwned` if not held.
