@@ -601,3 +601,31 @@ async def test_a_release_just_past_the_deadline_reports_released_before_lost(
     assert heard.count(("lost",)) == 1, heard
     if ("renewed", 0, 1) not in heard:  # not found by the worker first: by the release
         assert heard == [("released", redlease.ReleaseOutcome.EXPIRED), ("lost",)]
+
+
+class ExitsOnce(Hooks):
+    def __init__(self) -> None:
+        self.rounds = 0
+
+    def renewed(self, kept: int, lost: int) -> None:
+        self.rounds += 1
+        if self.rounds == 1:
+            raise SystemExit("a hook that exits")
+
+
+async def test_a_hook_that_raises_system_exit_is_logged_and_renewal_goes_on(
+    make_locks, caplog, round_trip
+):
+    """observability.md: a hook that raises is logged and otherwise ignored, and the next
+    hook is still called. A ``SystemExit`` from ``renewed`` ended the renewal worker
+    silently: the next hook heard nothing more, and the lease was lost (an outside tester)."""
+    recorder, exits = Recorder(), ExitsOnce()
+    ttl = max(0.6, 30 * round_trip)
+    locks = await make_locks(hooks=[exits, recorder])
+    with caplog.at_level(logging.ERROR, logger="redlease"):
+        async with locks.lock("ledger", ttl=ttl, renew=True) as lease:
+            await asyncio.sleep(ttl * 1.5)
+            assert not lease.lost
+    assert "redlease hook ExitsOnce.renewed raised" in [r.getMessage() for r in caplog.records]
+    assert exits.rounds >= 2, "the renewal worker stopped"
+    assert ("released", redlease.ReleaseOutcome.RELEASED) in recorder.heard

@@ -115,6 +115,6 @@ def combine(hooks: Hooks | Iterable[Hooks] | None) -> Hooks:
 def _safe(method: Any, *args: Any) -> Any:
     try:
         return method(*args)
-    except Exception:
+    except (Exception, SystemExit):  # a hook's own exit too: the worker it runs on goes on
         logger.exception("redlease hook %s raised", getattr(method, "__qualname__", method))
         return None
