@@ -484,15 +484,16 @@ def test_a_round_cut_short_by_a_signal_leaves_no_answer_to_misread(masters, link
     far = 10 * max(measure_round_trip(link.url) for link in links)
     for link in links[1:]:
         link.set(delay=max(0.03, far))
+    ttl = max(0.5, 10 * far)  # a lease that outlasts two far rounds, on a busy machine too
     redlock = redlease.Redlock([link.url for link in links], prefix=prefix)
     rival = redlease.Redlock([server.url for server in masters], prefix=prefix)
     try:
-        lock = redlock.lock("job", ttl=0.5, renew=False)
-        lock.acquire(timeout=1)  # the connections opened and the scripts loaded
+        lock = redlock.lock("job", ttl=ttl, renew=False)
+        lock.acquire(timeout=2 * ttl)  # the connections opened and the scripts loaded
         lock.release()
         with time_limit_after(0.01):
-            lock.acquire(timeout=1)
-        time.sleep(0.7)  # whatever the cut round left behind has expired
+            lock.acquire(timeout=2 * ttl)
+        time.sleep(ttl + 0.2)  # whatever the cut round left behind has expired
         held = rival.lock("job", ttl=10, renew=False).acquire(timeout=1)
         with pytest.raises(redlease.LockTimeout):
             lease = redlock.lock("job", ttl=10, renew=False).acquire(timeout=0.3)
