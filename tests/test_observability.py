@@ -629,3 +629,25 @@ async def test_a_hook_that_raises_system_exit_is_logged_and_renewal_goes_on(
     assert "redlease hook ExitsOnce.renewed raised" in [r.getMessage() for r in caplog.records]
     assert exits.rounds >= 2, "the renewal worker stopped"
     assert ("released", redlease.ReleaseOutcome.RELEASED) in recorder.heard
+
+
+@pytest.mark.timeout(60)
+async def test_every_release_just_past_the_deadline_reports_lost(flavor, prefix, redlease_url):
+    """observability.md: ``lost`` runs once per lease found lost, a release's included. The
+    release's background started before the release marked the lease lost: when the
+    background's answer came first it took the loss (and its callbacks) silently, and
+    neither ``lost`` nor ``on_lost`` ran (an outside re-check: 4-6 of 400 sync releases)."""
+    recorder = Recorder()
+    make = redlease.AsyncLocks if flavor == "async" else redlease.Locks
+    locks = make(redlease_url, prefix=prefix, hooks=recorder)
+    lock = locks.lock("ledger", ttl=0.02, renew=False)
+    for _ in range(200):
+        if flavor == "async":
+            await async_release_just_past_the_deadline(lock)
+        else:
+            await asyncio.to_thread(release_just_past_the_deadline, lock)
+    if flavor == "async":
+        await locks.aclose()
+    else:
+        locks.close()
+    assert recorder.heard.count(("lost",)) == 200

@@ -296,9 +296,10 @@ class AsyncEngine(AsyncClient):
         again, and the release latch gives a retry the first attempt's answer.
         """
         if lease.lost:  # past its deadline: the release can only tidy up, in the background
+            callbacks = lease._mark_lost(PAST_DEADLINE)  # first: the background may answer soon
             self._background.finish(lease._claim, lost=lease)
             outcome = owner._finish_release(lease, EXPIRED, pending=True)[0]
-            fire(lease, lease._mark_lost(PAST_DEADLINE))
+            fire(lease, callbacks)
             return outcome
         try:
             code = await self._drive(release_flow(lease._claim))
